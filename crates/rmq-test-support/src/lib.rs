@@ -1,0 +1,38 @@
+//! Test support for rmq: throwaway `redis-server` processes.
+//!
+//! [`RedisServer`] starts a real `redis-server` on a free loopback port
+//! (never 6379, always bound to 127.0.0.1) with its own temporary directory
+//! and log file, and stops it by PID when dropped. It can be killed,
+//! gracefully stopped, restarted on the same port and directory (reloading
+//! the AOF when enabled), and paused/resumed with `SIGSTOP`/`SIGCONT` to
+//! simulate a hung server.
+//!
+//! Readiness is checked without any Redis client crate: a plain
+//! [`std::net::TcpStream`] sends `PING` and waits for `+PONG`, then checks
+//! with `INFO server` that the answering process is really our child.
+//!
+//! ```no_run
+//! use rmq_test_support::RedisServer;
+//!
+//! let mut server = RedisServer::builder().appendonly_always().start();
+//! let url = server.url(); // "redis://127.0.0.1:PORT"
+//! server.kill();
+//! server.restart(); // same port, AOF reloaded
+//! # let _ = url;
+//! ```
+//!
+//! If `redis-server` is missing, run `scripts/ensure-deps.sh`.
+
+mod builder;
+mod launch;
+mod port;
+mod probe;
+mod server;
+mod signal;
+
+pub use builder::RedisServerBuilder;
+pub use port::free_port;
+pub use server::RedisServer;
+
+#[cfg(test)]
+mod tests;

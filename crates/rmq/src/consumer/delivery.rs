@@ -1,0 +1,150 @@
+//! A delivery: a received message plus the handle that ends it.
+//!
+//! End every delivery with exactly one of [`Delivery::ack`],
+//! [`Delivery::nack`], [`Delivery::dead`] or [`Delivery::release`];
+//! [`Delivery::extend`] may come any number of times before. A delivery
+//! dropped without an end is nacked in the background (it counts as a
+//! failed attempt and is retried after the backoff), so a handler that
+//! panics cannot lose its message nor loop on it forever.
+
+use std::ops::Deref;
+use std::time::Duration;
+
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::settler::{Op, Settled, Settler};
+use crate::error::{ErrorKind, Result};
+use crate::message::Received;
+
+/// A message taken from a topic, in flight until it is ended.
+pub struct Delivery {
+    msg: Received,
+    settler: Settler,
+    ended: bool,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delivery")
+            .field("topic", &self.msg.topic)
+            .field("slot", &self.msg.slot)
+            .field("attempt", &self.msg.attempt)
+            .field("token", &self.msg.token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Delivery {
+    pub(crate) fn new(
+        msg: Received,
+        settler: Settler,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Self {
+        Delivery {
+            msg,
+            settler,
+            ended: false,
+            _permit: permit,
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &Received {
+        &self.msg
+    }
+
+    /// Ends the delivery, retrying while Redis is unreachable (for a few
+    /// seconds; the lease covers the rest). A retry that finds the delivery
+    /// gone after a lost reply counts the earlier try as the one that worked.
+    async fn end(mut self, op: Op) -> Result<Settled> {
+        self.ended = true;
+        let m = &self.msg;
+        let mut wait = Duration::from_millis(50);
+        let mut retried = false;
+        loop {
+            match self
+                .settler
+                .settle(m.slot, m.key.clone(), m.token, op.clone())
+                .await
+            {
+                Err(e) if e.is_retryable() && wait < Duration::from_secs(4) => {
+                    retried = true;
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+                Err(e) if retried && e.kind() == ErrorKind::StaleDelivery => {
+                    return Ok(Settled::Done)
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Done: the message is removed. A duplicate that arrived meanwhile is
+    /// pending now.
+    pub async fn ack(self) -> Result<()> {
+        self.end(Op::Ack).await.map(|_| ())
+    }
+
+    /// Failed: retried after `delay` (the topic's backoff when `None`),
+    /// keeping its priority or time semantics; after the last attempt it
+    /// goes to the dead letters with `error`.
+    pub async fn nack(self, delay: Option<Duration>, error: &str) -> Result<Settled> {
+        let delay_ms = delay.map_or(-1, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        self.end(Op::Nack {
+            delay_ms,
+            error: error.to_string(),
+        })
+        .await
+    }
+
+    /// Failed for good: straight to the dead letters with `error`.
+    pub async fn dead(self, error: &str) -> Result<()> {
+        self.end(Op::Dead {
+            error: error.to_string(),
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Gives the message back untouched (the attempt is not counted),
+    /// e.g. at shutdown before the handler started.
+    pub async fn release(self) -> Result<()> {
+        self.end(Op::Release).await.map(|_| ())
+    }
+
+    /// Extends the lease: it now ends `by` from now (server clock).
+    pub async fn extend(&self, by: Duration) -> Result<()> {
+        let m = &self.msg;
+        let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.settler
+            .settle(m.slot, m.key.clone(), m.token, Op::Extend { ms })
+            .await
+            .map(|_| ())
+    }
+}
+
+impl Deref for Delivery {
+    type Target = Received;
+    fn deref(&self) -> &Received {
+        &self.msg
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        if !self.ended {
+            let m = &self.msg;
+            self.settler.settle_detached(
+                m.slot,
+                m.key.clone(),
+                m.token,
+                Op::Nack {
+                    delay_ms: -1,
+                    error: "delivery dropped without being ended".into(),
+                },
+            );
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! What a consumer knows about each slot: when something there may be
+//! ready, and (priority topics) the best pending score. It decides which
+//! slots to visit next and how long to sleep when none is ready.
+//!
+//! Knowledge comes from pop replies (head score, next retry, next lease
+//! deadline), from wake-up notifications and from periodic rescans; it may
+//! be stale, which costs at most an empty pop, never a wrong delivery: the
+//! scripts decide what is due by the server clock.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::topic::TopicKind;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct SlotHint {
+    /// Server ms at which the slot may have work (None: nothing known).
+    next: Option<i64>,
+    /// Priority topics: score of the best pending message.
+    best: Option<i64>,
+}
+
+/// Per-slot hints and the estimate of the server clock.
+#[derive(Debug)]
+pub(crate) struct Schedule {
+    kind: TopicKind,
+    slots: Vec<SlotHint>,
+    /// server ms - local ms, from the last reply.
+    offset_ms: i64,
+}
+
+pub(crate) fn local_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl Schedule {
+    pub(crate) fn new(kind: TopicKind, slots: u32) -> Self {
+        Schedule {
+            kind,
+            // Unknown at start: every slot is visited once.
+            slots: vec![
+                SlotHint {
+                    next: Some(0),
+                    best: None
+                };
+                slots as usize
+            ],
+            offset_ms: 0,
+        }
+    }
+
+    /// The server clock as estimated from the last reply.
+    pub(crate) fn server_now(&self) -> i64 {
+        local_ms() + self.offset_ms
+    }
+
+    pub(crate) fn observe_server_time(&mut self, server_ms: i64) {
+        self.offset_ms = server_ms - local_ms();
+    }
+
+    /// Marks every slot to be looked at now (start, reconnect, rescan).
+    pub(crate) fn mark_all(&mut self) {
+        for s in &mut self.slots {
+            s.next = Some(0);
+        }
+    }
+
+    /// Records what a pop reply said about a slot.
+    pub(crate) fn after_pop(
+        &mut self,
+        slot: u32,
+        head: Option<i64>,
+        retry: Option<i64>,
+        lease: Option<i64>,
+        now: i64,
+    ) {
+        let Some(h) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        let head_ready = match self.kind {
+            TopicKind::Priority => head.map(|_| now),
+            _ => head,
+        };
+        h.next = [head_ready, retry, lease].into_iter().flatten().min();
+        h.best = if self.kind == TopicKind::Priority {
+            head
+        } else {
+            None
+        };
+    }
+
+    /// Records a wake-up notification: slot's new head has this score.
+    pub(crate) fn notify(&mut self, slot: u32, score: i64) {
+        let now = self.server_now();
+        let Some(h) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        let at = if self.kind == TopicKind::Priority {
+            now
+        } else {
+            score
+        };
+        h.next = Some(h.next.map_or(at, |n| n.min(at)));
+        if self.kind == TopicKind::Priority {
+            h.best = Some(h.best.map_or(score, |b| b.max(score)));
+        }
+    }
+
+    /// Up to `limit` slots with work now, best first: highest known
+    /// priority, or earliest due time.
+    pub(crate) fn ready(&self, limit: usize) -> Vec<u32> {
+        let now = self.server_now();
+        let mut r: Vec<(u32, SlotHint)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.next.is_some_and(|n| n <= now))
+            .map(|(i, h)| (i as u32, *h))
+            .collect();
+        match self.kind {
+            TopicKind::Priority => r.sort_by(|a, b| b.1.best.cmp(&a.1.best).then(a.0.cmp(&b.0))),
+            _ => r.sort_by(|a, b| a.1.next.cmp(&b.1.next).then(a.0.cmp(&b.0))),
+        }
+        r.truncate(limit);
+        r.into_iter().map(|(i, _)| i).collect()
+    }
+
+    /// Milliseconds until the earliest known event (None: nothing known).
+    pub(crate) fn ms_until_next(&self) -> Option<i64> {
+        let now = self.server_now();
+        self.slots
+            .iter()
+            .filter_map(|h| h.next)
+            .min()
+            .map(|n| (n - now).max(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priority_slots_are_visited_best_first() {
+        let mut s = Schedule::new(TopicKind::Priority, 4);
+        let now = s.server_now();
+        s.after_pop(0, Some(5 << 32), None, None, now);
+        s.after_pop(1, Some(9 << 32), None, None, now);
+        s.after_pop(2, None, None, None, now);
+        s.after_pop(3, None, Some(now + 60_000), None, now);
+        assert_eq!(s.ready(10), vec![1, 0]);
+        assert!(s.ms_until_next() == Some(0));
+    }
+
+    #[test]
+    fn time_slots_sleep_until_the_earliest_due() {
+        let mut s = Schedule::new(TopicKind::FixedTime, 2);
+        let now = s.server_now();
+        s.after_pop(0, Some(now + 5_000), None, None, now);
+        s.after_pop(1, None, None, Some(now + 2_000), now);
+        assert!(s.ready(10).is_empty());
+        let ms = s.ms_until_next().unwrap();
+        assert!((1_900..=2_000).contains(&ms), "{ms}");
+        s.notify(0, now - 1);
+        assert_eq!(s.ready(10), vec![0]);
+    }
+}

@@ -1,0 +1,220 @@
+//! Phase two, batched: acks, nacks, dead-letterings, extensions and
+//! releases from all deliveries of a consumer go through one task that
+//! drains whatever has queued up, groups it by slot and sends one script
+//! call per slot, all in one pipeline. Under load this turns many settles
+//! into one round trip; when idle it adds no delay.
+
+use std::collections::BTreeMap;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::scripts::{self, ScriptId};
+use crate::topic::Topic;
+use crate::value::{int_at, items};
+
+/// Settles drained per pipeline at most.
+const MAX_DRAIN: usize = 4_096;
+/// Operations per script call at most.
+const PER_CALL: usize = 500;
+
+/// How a delivery ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Acked, extended or released as asked; for a nack, scheduled for a retry.
+    Done,
+    /// Moved to the dead letters.
+    Dead,
+    /// A duplicate that arrived while it was in flight took its place
+    /// (the newer payload wins) and is pending now.
+    Superseded,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    Ack,
+    Nack { delay_ms: i64, error: String },
+    Dead { error: String },
+    Extend { ms: u64 },
+    Release,
+}
+
+impl Op {
+    fn code(&self) -> &'static [u8] {
+        match self {
+            Op::Ack => b"a",
+            Op::Nack { .. } => b"n",
+            Op::Dead { .. } => b"d",
+            Op::Extend { .. } => b"e",
+            Op::Release => b"r",
+        }
+    }
+}
+
+pub(crate) struct Request {
+    pub(crate) slot: u32,
+    pub(crate) key: Vec<u8>,
+    pub(crate) token: u64,
+    pub(crate) op: Op,
+    pub(crate) reply: Option<oneshot::Sender<Result<Settled>>>,
+}
+
+/// Handle to the settling task; clone it into every delivery.
+#[derive(Clone)]
+pub(crate) struct Settler {
+    tx: mpsc::UnboundedSender<Request>,
+}
+
+impl Settler {
+    pub(crate) fn spawn(topic: Topic) -> Settler {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(topic, rx));
+        Settler { tx }
+    }
+
+    /// Settles and waits for the outcome.
+    pub(crate) async fn settle(
+        &self,
+        slot: u32,
+        key: Vec<u8>,
+        token: u64,
+        op: Op,
+    ) -> Result<Settled> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Request {
+                slot,
+                key,
+                token,
+                op,
+                reply: Some(reply),
+            })
+            .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer has stopped"))?;
+        rx.await
+            .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer has stopped"))?
+    }
+
+    /// Settles without waiting (used on drop, where nothing can be awaited).
+    pub(crate) fn settle_detached(&self, slot: u32, key: Vec<u8>, token: u64, op: Op) {
+        let _ = self.tx.send(Request {
+            slot,
+            key,
+            token,
+            op,
+            reply: None,
+        });
+    }
+}
+
+async fn run(topic: Topic, mut rx: mpsc::UnboundedReceiver<Request>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_DRAIN {
+            match rx.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        flush(&topic, batch).await;
+    }
+}
+
+async fn flush(topic: &Topic, batch: Vec<Request>) {
+    let spec = topic.spec();
+    let mut by_slot: BTreeMap<u32, Vec<Request>> = BTreeMap::new();
+    for r in batch {
+        by_slot.entry(r.slot).or_default().push(r);
+    }
+    let kind = spec.kind.code().as_bytes();
+    let max_attempts = spec.max_attempts.to_string();
+    let backoff = spec.backoff_ms.to_string();
+    let backoff_max = spec.backoff_max_ms.to_string();
+    let jitter = rand::random::<f64>().to_string();
+    let dead_max = spec.dead_letters_per_slot.to_string();
+    let mut calls = Vec::new();
+    let mut groups: Vec<Vec<Request>> = Vec::new();
+    for (slot, reqs) in by_slot {
+        let keys = topic.slot_keys(slot);
+        let slot_s = slot.to_string();
+        let mut reqs = reqs;
+        while !reqs.is_empty() {
+            let rest = reqs.split_off(reqs.len().min(PER_CALL));
+            let chunk = std::mem::replace(&mut reqs, rest);
+            let tokens: Vec<String> = chunk.iter().map(|r| r.token.to_string()).collect();
+            let nums: Vec<String> = chunk
+                .iter()
+                .map(|r| match &r.op {
+                    Op::Nack { delay_ms, .. } => delay_ms.to_string(),
+                    Op::Extend { ms } => ms.to_string(),
+                    _ => "-1".to_string(),
+                })
+                .collect();
+            let mut args: Vec<&[u8]> = vec![
+                kind,
+                max_attempts.as_bytes(),
+                backoff.as_bytes(),
+                backoff_max.as_bytes(),
+                jitter.as_bytes(),
+                topic.channel.as_bytes(),
+                slot_s.as_bytes(),
+                dead_max.as_bytes(),
+            ];
+            for (i, r) in chunk.iter().enumerate() {
+                args.push(r.op.code());
+                args.push(&r.key);
+                args.push(tokens[i].as_bytes());
+                args.push(nums[i].as_bytes());
+                args.push(match &r.op {
+                    Op::Nack { error, .. } | Op::Dead { error } => error.as_bytes(),
+                    _ => b"",
+                });
+            }
+            calls.push((
+                ScriptId::Settle,
+                scripts::call(ScriptId::Settle, &keys, &args),
+            ));
+            groups.push(chunk);
+        }
+    }
+    match topic.redis().run(calls).await {
+        Ok(replies) => {
+            for (reply, group) in replies.into_iter().zip(groups) {
+                match reply {
+                    Ok(v) => {
+                        let codes = items(v);
+                        for (i, r) in group.into_iter().enumerate() {
+                            let res = match int_at(&codes, i + 1) {
+                                Some(1) => Ok(Settled::Done),
+                                Some(2) => Ok(Settled::Dead),
+                                Some(3) => Ok(Settled::Superseded),
+                                _ => Err(Error::new(
+                                    ErrorKind::StaleDelivery,
+                                    "this delivery is no longer current (its lease expired and the message \
+                                     was rolled back or delivered again): nothing was changed",
+                                )),
+                            };
+                            if let Some(tx) = r.reply {
+                                let _ = tx.send(res);
+                            }
+                        }
+                    }
+                    Err(e) => reply_all(group, &e),
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!("settling failed: {e}");
+            for g in groups {
+                reply_all(g, &e);
+            }
+        }
+    }
+}
+
+fn reply_all(group: Vec<Request>, e: &Error) {
+    for r in group {
+        if let Some(tx) = r.reply {
+            let _ = tx.send(Err(Error::new(e.kind(), e.to_string())));
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! Errors: one opaque [`Error`] with a small, `Copy` [`ErrorKind`].
+//!
+//! Every refusal says what was wrong and what to do about it. Script return
+//! codes are decoded into kinds in one place ([`Error::from_script_code`] and
+//! the `RMQ_*` error replies), so callers match on kinds, never on strings.
+//! Handler outcomes (ack, retry, dead) are not errors: see [`crate::Outcome`].
+
+use std::fmt;
+
+/// What went wrong, in a form a program can act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A topic name, prefix or merge key does not follow the grammar.
+    InvalidName,
+    /// The slot count is not a power of two in 1..=65536.
+    InvalidSlotCount,
+    /// An argument is out of range or does not fit the topic's kind.
+    InvalidArgument,
+    /// The payload is larger than the topic allows.
+    PayloadTooLarge,
+    /// A fixed-time message is due in the past (beyond the tolerance).
+    PastDue,
+    /// The topic was never defined under this prefix.
+    UnknownTopic,
+    /// The topic exists with another definition.
+    TopicConflict,
+    /// The delivery is no longer the current one for its key (its lease
+    /// expired and it was rolled back or taken again): nothing was changed.
+    StaleDelivery,
+    /// A queue key holds a value of a foreign type; nothing was written.
+    WrongType,
+    /// The server is too old or lacks a needed feature.
+    UnsupportedServer,
+    /// The server's configuration can lose messages (e.g. an eviction policy).
+    UnsafeServerConfig,
+    /// Redis could not be reached or the connection dropped; retry later.
+    Connection,
+    /// Redis answered with an error (OOM, NOPERM, ...).
+    Redis,
+    /// The consumer or client was shut down.
+    Shutdown,
+}
+
+/// The error type of every fallible rmq call.
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+/// `Result` with rmq's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The kind of the failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// True when the same call may succeed later without any change
+    /// (connection loss, timeouts, a server that is loading or out of memory).
+    pub fn is_retryable(&self) -> bool {
+        match self.kind {
+            ErrorKind::Connection => true,
+            ErrorKind::Redis => self.source.as_ref().is_some_and(|s| {
+                s.downcast_ref::<redis::RedisError>()
+                    .is_some_and(redis_error_is_transient)
+            }),
+            _ => false,
+        }
+    }
+
+    /// Decodes a per-message refusal code of the send script.
+    pub(crate) fn from_send_code(code: i64, max_payload: usize, tolerance_ms: u64) -> Self {
+        match code {
+            -1 => Error::new(
+                ErrorKind::PastDue,
+                format!(
+                    "the due time is more than {tolerance_ms} ms in the past by the Redis server's clock; \
+                     send a future time, or use a delay instead of an absolute time"
+                ),
+            ),
+            -2 => Error::new(
+                ErrorKind::PayloadTooLarge,
+                format!("the payload is larger than the topic's limit of {max_payload} bytes"),
+            ),
+            _ => Error::new(
+                ErrorKind::InvalidArgument,
+                "the server refused the message's priority, time or range as invalid",
+            ),
+        }
+    }
+}
+
+fn redis_error_is_transient(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.kind(),
+            redis::ErrorKind::Server(
+                redis::ServerErrorKind::BusyLoading
+                    | redis::ServerErrorKind::TryAgain
+                    | redis::ServerErrorKind::ClusterDown
+                    | redis::ServerErrorKind::MasterDown
+            )
+        )
+        || e.code() == Some("OOM")
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        let detail = e.detail().unwrap_or_default().to_string();
+        let (kind, message) = if e.code() == Some("RMQ_WRONGTYPE")
+            || detail.starts_with("RMQ_WRONGTYPE")
+        {
+            (
+                ErrorKind::WrongType,
+                format!(
+                    "a queue key holds a value of a foreign type ({detail}); nothing was written. \
+                     Another program wrote to rmq's keys: check the key prefix"
+                ),
+            )
+        } else if e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_timeout()
+        {
+            (
+                ErrorKind::Connection,
+                format!("Redis could not be reached or the connection dropped: {e}; the call can be retried"),
+            )
+        } else if e.code() == Some("OOM") {
+            (
+                ErrorKind::Redis,
+                format!("Redis is out of memory and refused the write ({e}); nothing was written. Consume, or raise maxmemory"),
+            )
+        } else if e.code() == Some("NOPERM") {
+            (
+                ErrorKind::Redis,
+                format!("the Redis user lacks a permission rmq needs ({e}); see `rmq acl`"),
+            )
+        } else {
+            (
+                ErrorKind::Redis,
+                format!("Redis answered with an error: {e}"),
+            )
+        };
+        Error {
+            kind,
+            message,
+            source: Some(Box::new(e)),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("kind", &self.kind)
+            .field("message", &self.message)
+            .finish()
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_ref()
+            .map(|s| s.as_ref() as &(dyn std::error::Error + 'static))
+    }
+}

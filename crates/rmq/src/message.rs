@@ -1,0 +1,224 @@
+//! Messages going in ([`Message`]), what a send reports ([`Sent`]) and what
+//! a consumer receives ([`Received`]).
+
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::topic::{TopicKind, TopicSpec, MAX_PRIORITY};
+
+/// When a message is due, or how it ranks; which one applies depends on the
+/// topic's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timing {
+    None,
+    Priority(u32),
+    At(i64),
+    Delay(u64),
+    Range(u64),
+}
+
+/// A message to send: a payload, a merge key (the payload itself when not
+/// given), an optional slot basis, and the kind's timing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    key: Option<Vec<u8>>,
+    payload: Vec<u8>,
+    slot_basis: Option<Vec<u8>>,
+    timing: Timing,
+}
+
+impl Message {
+    /// A message whose merge key is its payload (the original's behaviour).
+    pub fn new(payload: impl Into<Vec<u8>>) -> Self {
+        Message {
+            key: None,
+            payload: payload.into(),
+            slot_basis: None,
+            timing: Timing::None,
+        }
+    }
+
+    /// Sets the merge key: pending messages with the same key are merged.
+    pub fn key(mut self, key: impl Into<Vec<u8>>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the slot basis (default: the merge key). Messages with one basis
+    /// share a slot, and so are consumed one at a time in serial mode.
+    pub fn slot_basis(mut self, basis: impl Into<Vec<u8>>) -> Self {
+        self.slot_basis = Some(basis.into());
+        self
+    }
+
+    /// Priority topics: the priority, `0..=2097151`, bigger first (default 0).
+    pub fn priority(mut self, p: u32) -> Self {
+        self.timing = Timing::Priority(p);
+        self
+    }
+
+    /// Fixed-time topics: due at this Unix time in milliseconds (server clock).
+    pub fn at_ms(mut self, unix_ms: i64) -> Self {
+        self.timing = Timing::At(unix_ms);
+        self
+    }
+
+    /// Fixed-time topics: due this long after the server receives it.
+    pub fn delay(mut self, d: Duration) -> Self {
+        self.timing = Timing::Delay(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// Range-merge topics: due this long after the first send of its key;
+    /// duplicates until then merge into it (must be at least 1 ms).
+    pub fn range(mut self, d: Duration) -> Self {
+        self.timing = Timing::Range(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// The merge key (the payload when none was given).
+    pub fn merge_key(&self) -> &[u8] {
+        self.key.as_deref().unwrap_or(&self.payload)
+    }
+
+    /// The payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// The bytes the slot is computed from.
+    pub fn basis(&self) -> &[u8] {
+        self.slot_basis
+            .as_deref()
+            .unwrap_or_else(|| self.merge_key())
+    }
+
+    /// Checks the message against the topic and returns the script's spec
+    /// argument (priority, due time, `+delay` or range).
+    pub(crate) fn spec_for(&self, topic: &TopicSpec) -> Result<String> {
+        let bad = |m: String| Err(Error::new(ErrorKind::InvalidArgument, m));
+        if self.merge_key().is_empty() {
+            return bad(
+                "a message needs a non-empty merge key (or, without one, a non-empty payload)"
+                    .into(),
+            );
+        }
+        if self.payload.len() as u64 > topic.max_payload_bytes {
+            return Err(Error::new(
+                ErrorKind::PayloadTooLarge,
+                format!(
+                    "the payload has {} bytes, more than topic {:?} allows ({} bytes)",
+                    self.payload.len(),
+                    topic.name,
+                    topic.max_payload_bytes
+                ),
+            ));
+        }
+        if self.merge_key().len() as u64 > topic.max_payload_bytes {
+            return Err(Error::new(
+                ErrorKind::PayloadTooLarge,
+                format!(
+                    "the merge key is larger than the topic's limit of {} bytes",
+                    topic.max_payload_bytes
+                ),
+            ));
+        }
+        let kind = topic.kind;
+        match (kind, self.timing) {
+            (TopicKind::Priority, Timing::None) => Ok("0".into()),
+            (TopicKind::Priority, Timing::Priority(p)) if p <= MAX_PRIORITY => Ok(p.to_string()),
+            (TopicKind::Priority, Timing::Priority(p)) => bad(format!(
+                "priority {p} is out of range: use 0..={MAX_PRIORITY}"
+            )),
+            (TopicKind::FixedTime, Timing::At(ms)) if ms >= 0 => Ok(ms.to_string()),
+            (TopicKind::FixedTime, Timing::At(ms)) => bad(format!("due time {ms} is negative")),
+            (TopicKind::FixedTime, Timing::Delay(ms)) if ms <= 100 * 365 * 86_400_000 => {
+                Ok(format!("+{ms}"))
+            }
+            (TopicKind::FixedTime, Timing::Delay(_)) => {
+                bad("the delay is longer than 100 years".into())
+            }
+            (TopicKind::FixedTime, Timing::None) => {
+                bad("a fixed-time message needs a due time (at) or a delay".into())
+            }
+            (TopicKind::RangeMerge, Timing::Range(ms))
+                if (1..=100 * 365 * 86_400_000).contains(&ms) =>
+            {
+                Ok(ms.to_string())
+            }
+            (TopicKind::RangeMerge, Timing::Range(_)) => {
+                bad("the range must be at least 1 ms and at most 100 years".into())
+            }
+            (TopicKind::RangeMerge, Timing::None) => {
+                bad("a range-merge message needs a range (ms > 0)".into())
+            }
+            (kind, timing) => bad(format!(
+                "{} does not apply to {kind} topic {:?}: {}",
+                timing_name(timing),
+                topic.name,
+                match kind {
+                    TopicKind::Priority => "give a priority",
+                    TopicKind::FixedTime => "give a due time or a delay",
+                    TopicKind::RangeMerge => "give a range",
+                }
+            )),
+        }
+    }
+}
+
+fn timing_name(t: Timing) -> &'static str {
+    match t {
+        Timing::None => "no timing",
+        Timing::Priority(_) => "a priority",
+        Timing::At(_) => "a due time",
+        Timing::Delay(_) => "a delay",
+        Timing::Range(_) => "a range",
+    }
+}
+
+/// What a send did with one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    /// The slot it went to.
+    pub slot: u32,
+    /// True when it merged into a message with the same key that was
+    /// already waiting (pending, or waiting behind an in-flight delivery).
+    pub merged: bool,
+    /// True when the same key was in flight: this message waits and is
+    /// delivered after that delivery ends, however it ends.
+    pub behind_in_flight: bool,
+}
+
+/// A message as a consumer receives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// The topic's name.
+    pub topic: String,
+    /// The topic's kind.
+    pub kind: TopicKind,
+    /// The merge key.
+    pub key: Vec<u8>,
+    /// The payload.
+    pub payload: Vec<u8>,
+    /// The slot it lives in.
+    pub slot: u32,
+    /// Which delivery this is: 1 for the first.
+    pub attempt: u32,
+    /// Priority topics: its priority.
+    pub priority: Option<u32>,
+    /// Time-based topics: when it was due (Unix ms, server clock).
+    pub due_ms: Option<i64>,
+    /// Identifies this delivery: acks carrying another token are refused.
+    pub token: u64,
+    /// The server's time when it was taken (Unix ms).
+    pub taken_ms: i64,
+}
+
+impl Received {
+    pub(crate) fn score_fields(kind: TopicKind, score: i64) -> (Option<u32>, Option<i64>) {
+        match kind {
+            TopicKind::Priority => (u32::try_from(score >> 32).ok(), None),
+            _ => (None, Some(score)),
+        }
+    }
+}

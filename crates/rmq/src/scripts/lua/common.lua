@@ -1,0 +1,216 @@
+-- common.lua: helpers shared by every slot script. It is prepended to each
+-- script body at build time (after the `#!lua` line), so the helpers are
+-- local to each script and nothing is global.
+--
+-- Every slot script receives the same eight keys, all under one hash tag:
+--   KEYS[1] q  ZSET  pending messages: member = merge key, score = order
+--   KEYS[2] d  HASH  merge key -> record of a pending, retry-waiting or in-flight message
+--   KEYS[3] f  ZSET  in flight: member = merge key, score = lease deadline (ms)
+--   KEYS[4] n  HASH  merge key -> record of a duplicate that arrived while in flight
+--   KEYS[5] m  HASH  slot counters: sent merged delivered acked retried dead dropped seq tok
+--   KEYS[6] r  ZSET  priority retries waiting out their backoff: score = retry time (ms)
+--   KEYS[7] x  ZSET  dead letters: member = merge key, score = time of death (ms)
+--   KEYS[8] X  HASH  merge key -> dead-letter record
+--
+-- A record is "<attempts>,<score>,<token>|<payload>" where score is the
+-- message's place in q (priority*2^32 + FIFO part, or due time in ms) and
+-- token identifies the current delivery ("0" when not in flight).
+-- A dead-letter record is "<attempts>,<score>,<dead_ms>,<deaths>,<errlen>|<error><payload>".
+--
+-- Scripts check every precondition (key types, arguments) before their
+-- first write, because a Lua error does not roll back earlier writes.
+
+local TWO32 = 4294967296
+
+local K = {
+  q = KEYS[1], d = KEYS[2], f = KEYS[3], n = KEYS[4],
+  m = KEYS[5], r = KEYS[6], x = KEYS[7], X = KEYS[8],
+}
+
+local function fmt(n)
+  return string.format('%.0f', n)
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local EXPECTED_TYPES = {
+  { KEYS[1], 'zset' }, { KEYS[2], 'hash' }, { KEYS[3], 'zset' }, { KEYS[4], 'hash' },
+  { KEYS[5], 'hash' }, { KEYS[6], 'zset' }, { KEYS[7], 'zset' }, { KEYS[8], 'hash' },
+}
+
+-- Refuses to run (before any write) when a queue key holds a foreign type.
+local function check_types()
+  for _, e in ipairs(EXPECTED_TYPES) do
+    local t = redis.call('TYPE', e[1])['ok']
+    if t ~= 'none' and t ~= e[2] then
+      return redis.error_reply('RMQ_WRONGTYPE ' .. e[1] .. ' holds a ' .. t .. ', expected a ' .. e[2])
+    end
+  end
+  return nil
+end
+
+local function rec_make(attempts, score, token, payload)
+  return attempts .. ',' .. fmt(score) .. ',' .. token .. '|' .. payload
+end
+
+-- Returns attempts, score, token, payload.
+local function rec_parse(v)
+  local a, s, t, p = string.match(v, '^(%d+),(%-?%d+),(%d+)|()')
+  return tonumber(a), tonumber(s), t, string.sub(v, p)
+end
+
+local function dead_make(attempts, score, dead_ms, deaths, err, payload)
+  return attempts .. ',' .. fmt(score) .. ',' .. fmt(dead_ms) .. ',' .. deaths .. ',' .. #err .. '|' .. err .. payload
+end
+
+-- Returns attempts, score, dead_ms, deaths, error, payload.
+local function dead_parse(v)
+  local a, s, dm, c, el, p = string.match(v, '^(%d+),(%-?%d+),(%d+),(%d+),(%d+)|()')
+  el = tonumber(el)
+  return tonumber(a), tonumber(s), tonumber(dm), tonumber(c), string.sub(v, p, p + el - 1), string.sub(v, p + el)
+end
+
+-- The first message in consumption order: member and score, or nil.
+local function head(kind)
+  local r
+  if kind == 'p' then
+    r = redis.call('ZRANGE', K.q, 0, 0, 'REV', 'WITHSCORES')
+  else
+    r = redis.call('ZRANGE', K.q, 0, 0, 'WITHSCORES')
+  end
+  if r[1] then
+    return r[1], tonumber(r[2])
+  end
+  return nil, nil
+end
+
+local function first_score(key)
+  local r = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if r[1] then
+    return tonumber(r[2])
+  end
+  return false
+end
+
+-- Counters are summed in a table and written once per script call.
+local function counters()
+  return { sent = 0, merged = 0, delivered = 0, acked = 0, retried = 0, dead = 0, dropped = 0 }
+end
+
+local function flush_counters(c)
+  for name, v in pairs(c) do
+    if v ~= 0 then
+      redis.call('HINCRBY', K.m, name, v)
+    end
+  end
+end
+
+-- Priority score: higher priority first, then lower sequence (FIFO).
+local function priority_score(priority, seq)
+  return priority * TWO32 + (TWO32 - 1 - (seq % TWO32))
+end
+
+local function priority_reorder(score, priority)
+  return priority * TWO32 + (score % TWO32)
+end
+
+-- Moves a duplicate that waited behind an in-flight delivery into the
+-- pending set. The caller has already removed the in-flight entry.
+local function release_parked(key, parked)
+  local _, s = rec_parse(parked)
+  redis.call('HDEL', K.n, key)
+  redis.call('HSET', K.d, key, parked)
+  redis.call('ZADD', K.q, fmt(s), key)
+end
+
+-- Moves an in-flight message to the dead letters (merging with an older
+-- dead letter of the same key, whose death count it keeps).
+local function to_dead(key, a, s, payload, err, now, dead_max, c)
+  local old = redis.call('HGET', K.X, key)
+  local deaths = 1
+  if old then
+    local _, _, _, oc = dead_parse(old)
+    deaths = oc + 1
+  end
+  redis.call('HSET', K.X, key, dead_make(a, s, now, deaths, err, payload))
+  redis.call('ZADD', K.x, fmt(now), key)
+  redis.call('HDEL', K.d, key)
+  c.dead = c.dead + 1
+  if dead_max > 0 then
+    local over = redis.call('ZCARD', K.x) - dead_max
+    if over > 0 then
+      local gone = redis.call('ZPOPMIN', K.x, over)
+      for i = 1, #gone, 2 do
+        redis.call('HDEL', K.X, gone[i])
+      end
+      c.dropped = c.dropped + over
+    end
+  end
+end
+
+-- Exponential backoff with equal jitter, bounded by max_ms.
+local function backoff(attempts, base_ms, max_ms, jitter)
+  local d = base_ms * math.pow(2, math.max(attempts - 1, 0))
+  if d > max_ms then
+    d = max_ms
+  end
+  return math.floor(d / 2 + d / 2 * jitter)
+end
+
+-- Ends an in-flight delivery as a failure: dead letter after the last
+-- attempt, else a retry that keeps the kind's ordering after a backoff.
+-- A duplicate parked behind it supersedes it (the newer payload wins).
+-- Returns 'dead', 'superseded' or 'retry'.
+local function fail(kind, key, err, delay, now, cfg, c, jitter)
+  local rec = redis.call('HGET', K.d, key)
+  redis.call('ZREM', K.f, key)
+  local parked = redis.call('HGET', K.n, key)
+  if not rec then
+    if parked then
+      release_parked(key, parked)
+    end
+    return 'superseded'
+  end
+  local a, s, _, p = rec_parse(rec)
+  if a >= cfg.max_attempts then
+    to_dead(key, a, s, p, err, now, cfg.dead_max, c)
+    if parked then
+      release_parked(key, parked)
+    end
+    return 'dead'
+  end
+  c.retried = c.retried + 1
+  if parked then
+    redis.call('HDEL', K.d, key)
+    release_parked(key, parked)
+    c.merged = c.merged + 1
+    return 'superseded'
+  end
+  if delay < 0 then
+    delay = backoff(a, cfg.backoff_ms, cfg.backoff_max_ms, jitter)
+  end
+  if kind == 'p' then
+    redis.call('HSET', K.d, key, rec_make(a, s, '0', p))
+    if delay > 0 then
+      redis.call('ZADD', K.r, fmt(now + delay), key)
+    else
+      redis.call('ZADD', K.q, fmt(s), key)
+    end
+  else
+    local ns = now + delay
+    redis.call('HSET', K.d, key, rec_make(a, ns, '0', p))
+    redis.call('ZADD', K.q, fmt(ns), key)
+  end
+  return 'retry'
+end
+
+-- Publishes "<slot>,<score>" when the head of the pending set changed.
+local function announce(kind, channel, slot, before_member, before_score)
+  local m, s = head(kind)
+  if m and (m ~= before_member or s ~= before_score) then
+    redis.call('PUBLISH', channel, slot .. ',' .. fmt(s))
+  end
+end

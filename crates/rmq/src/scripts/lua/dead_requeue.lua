@@ -1,0 +1,66 @@
+-- dead_requeue.lua: gives dead letters of one slot a fresh start.
+--
+-- KEYS: the eight slot keys (see common.lua).
+-- ARGV[1] kind ('p' | 'f' | 'r')   ARGV[2] wake-up channel   ARGV[3] slot number
+-- ARGV[4] '1' for all dead letters (up to the limit), '0' for the one merge key in ARGV[6]
+-- ARGV[5] limit
+-- ARGV[6] merge key (when ARGV[4] is '0')
+-- A requeued message starts again with no attempts counted. A priority message
+-- keeps its priority and FIFO place; a time-based message is due at once. When
+-- the same key is already pending (or in flight with a duplicate behind it), the
+-- newer pending message wins and the dead letter is merged into it.
+-- Returns: { requeued, merged }
+-- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
+
+local kind = ARGV[1]
+local channel = ARGV[2]
+local slot = ARGV[3]
+local all = ARGV[4] == '1'
+local limit = tonumber(ARGV[5])
+local now = now_ms()
+
+local bad = check_types()
+if bad then
+  return bad
+end
+
+local keys
+if all then
+  keys = redis.call('ZRANGE', K.x, 0, limit - 1)
+else
+  keys = { ARGV[6] }
+end
+local hm, hs = head(kind)
+local requeued, merged = 0, 0
+for _, key in ipairs(keys) do
+  local rec = redis.call('HGET', K.X, key)
+  if rec then
+    local _, s, _, _, _, p = dead_parse(rec)
+    if kind ~= 'p' then
+      s = now
+    end
+    redis.call('HDEL', K.X, key)
+    redis.call('ZREM', K.x, key)
+    if redis.call('ZSCORE', K.f, key) then
+      if redis.call('HEXISTS', K.n, key) == 1 then
+        merged = merged + 1
+      else
+        redis.call('HSET', K.n, key, rec_make(0, s, '0', p))
+        requeued = requeued + 1
+      end
+    elseif redis.call('HEXISTS', K.d, key) == 1 then
+      merged = merged + 1
+    else
+      redis.call('HSET', K.d, key, rec_make(0, s, '0', p))
+      redis.call('ZADD', K.q, fmt(s), key)
+      requeued = requeued + 1
+    end
+  end
+end
+if merged > 0 then
+  redis.call('HINCRBY', K.m, 'merged', merged)
+end
+if requeued > 0 then
+  announce(kind, channel, slot, hm, hs)
+end
+return { requeued, merged }

@@ -1,0 +1,111 @@
+-- pop.lua: takes due messages of one slot into flight (phase one of two).
+--
+-- KEYS: the eight slot keys (see common.lua).
+-- ARGV[1] kind ('p' | 'f' | 'r')
+-- ARGV[2] how many messages to take at most (0 only reclaims and reports)
+-- ARGV[3] lease ms
+-- ARGV[4] max attempts
+-- ARGV[5] backoff base ms     ARGV[6] backoff max ms     ARGV[7] jitter in [0,1)
+-- ARGV[8] wake-up channel     ARGV[9] slot number        ARGV[10] dead letters kept per slot (0 = all)
+-- Before taking, it rolls back expired leases (as failed attempts) and moves
+-- priority retries whose backoff is over back to the pending set.
+-- Returns: { now, head score or false, next retry ms or false, next lease deadline or false,
+--            reclaimed count, then per message: key, payload, attempt, score, token }
+-- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
+
+local kind = ARGV[1]
+local count = tonumber(ARGV[2])
+local lease = tonumber(ARGV[3])
+local cfg = {
+  max_attempts = tonumber(ARGV[4]),
+  backoff_ms = tonumber(ARGV[5]),
+  backoff_max_ms = tonumber(ARGV[6]),
+  dead_max = tonumber(ARGV[10]),
+}
+local jitter = tonumber(ARGV[7])
+local channel = ARGV[8]
+local slot = ARGV[9]
+local now = now_ms()
+
+local bad = check_types()
+if bad then
+  return bad
+end
+
+local c = counters()
+local hm, hs = head(kind)
+
+-- 1. Roll back expired leases, oldest first.
+local expired = redis.call('ZRANGEBYSCORE', K.f, '-inf', now, 'LIMIT', 0, 100)
+for i, key in ipairs(expired) do
+  fail(kind, key, 'lease expired', -1, now, cfg, c, (jitter + i * 0.6180339887) % 1)
+end
+
+-- 2. Priority retries whose backoff is over go back with their old score.
+if kind == 'p' then
+  local ready = redis.call('ZRANGEBYSCORE', K.r, '-inf', now, 'LIMIT', 0, 1000)
+  for _, key in ipairs(ready) do
+    local rec = redis.call('HGET', K.d, key)
+    redis.call('ZREM', K.r, key)
+    if rec then
+      local _, s = rec_parse(rec)
+      redis.call('ZADD', K.q, fmt(s), key)
+    end
+  end
+end
+
+-- 3. Take up to count due messages.
+local taken
+if count > 0 then
+  if kind == 'p' then
+    taken = redis.call('ZPOPMAX', K.q, count)
+  else
+    taken = redis.call('ZRANGEBYSCORE', K.q, '-inf', now, 'WITHSCORES', 'LIMIT', 0, count)
+    if #taken > 0 then
+      local members = {}
+      for i = 1, #taken, 2 do
+        members[#members + 1] = taken[i]
+      end
+      redis.call('ZREM', K.q, unpack(members))
+    end
+  end
+else
+  taken = {}
+end
+
+local out = {}
+local got = #taken / 2
+if got > 0 then
+  local tok = redis.call('HINCRBY', K.m, 'tok', got) - got
+  local deadline = fmt(now + lease)
+  for i = 1, #taken, 2 do
+    local key = taken[i]
+    local rec = redis.call('HGET', K.d, key)
+    if rec then
+      tok = tok + 1
+      local a, s, _, p = rec_parse(rec)
+      a = a + 1
+      local token = fmt(tok)
+      redis.call('HSET', K.d, key, rec_make(a, s, token, p))
+      redis.call('ZADD', K.f, deadline, key)
+      out[#out + 1] = key
+      out[#out + 1] = p
+      out[#out + 1] = a
+      out[#out + 1] = fmt(s)
+      out[#out + 1] = token
+      c.delivered = c.delivered + 1
+    end
+  end
+end
+
+flush_counters(c)
+if #expired > 0 then
+  announce(kind, channel, slot, hm, hs)
+end
+
+local _, qs = head(kind)
+local res = { now, qs or false, first_score(K.r), first_score(K.f), #expired }
+for i = 1, #out do
+  res[#res + 1] = out[i]
+end
+return res

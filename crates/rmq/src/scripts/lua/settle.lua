@@ -1,0 +1,109 @@
+-- settle.lua: ends or extends in-flight deliveries of one slot (phase two).
+--
+-- KEYS: the eight slot keys (see common.lua).
+-- ARGV[1] kind ('p' | 'f' | 'r')
+-- ARGV[2] max attempts   ARGV[3] backoff base ms   ARGV[4] backoff max ms   ARGV[5] jitter in [0,1)
+-- ARGV[6] wake-up channel   ARGV[7] slot number   ARGV[8] dead letters kept per slot (0 = all)
+-- ARGV[9..] groups of five: op, merge key, token, number, error text. ops:
+--   'a' ack: the message is done and gone
+--   'n' nack: failed; retry after <number> ms (-1 = the topic's backoff) or dead after the last attempt
+--   'd' dead: failed for good; straight to the dead letters
+--   'e' extend: the lease now ends <number> ms from now
+--   'r' release: give the message back untouched (the attempt is not counted)
+-- A delivery is identified by key and token; a token that is not the key's
+-- current delivery (lease expired and rolled back, or taken again) is refused.
+-- Returns: { now, code per group... } with codes
+--    1 done   2 dead   3 superseded by a duplicate that arrived in flight
+--   -1 stale: not the current delivery (nothing changed)
+-- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
+
+local kind = ARGV[1]
+local cfg = {
+  max_attempts = tonumber(ARGV[2]),
+  backoff_ms = tonumber(ARGV[3]),
+  backoff_max_ms = tonumber(ARGV[4]),
+  dead_max = tonumber(ARGV[8]),
+}
+local jitter = tonumber(ARGV[5])
+local channel = ARGV[6]
+local slot = ARGV[7]
+local now = now_ms()
+
+local bad = check_types()
+if bad then
+  return bad
+end
+
+local c = counters()
+local hm, hs = head(kind)
+local requeued = false
+local codes = { now }
+local n = math.floor((#ARGV - 8) / 5)
+for i = 1, n do
+  local base = 8 + (i - 1) * 5
+  local op = ARGV[base + 1]
+  local key = ARGV[base + 2]
+  local token = ARGV[base + 3]
+  local num = tonumber(ARGV[base + 4]) or -1
+  local err = ARGV[base + 5]
+  local code = -1
+  local rec = nil
+  if redis.call('ZSCORE', K.f, key) then
+    rec = redis.call('HGET', K.d, key)
+  end
+  if rec then
+    local a, s, t, p = rec_parse(rec)
+    if t == token then
+      code = 1
+      if op == 'a' then
+        redis.call('ZREM', K.f, key)
+        redis.call('HDEL', K.d, key)
+        c.acked = c.acked + 1
+        local parked = redis.call('HGET', K.n, key)
+        if parked then
+          release_parked(key, parked)
+          requeued = true
+        end
+      elseif op == 'e' then
+        redis.call('ZADD', K.f, 'XX', fmt(now + math.max(num, 1)), key)
+      elseif op == 'd' then
+        redis.call('ZREM', K.f, key)
+        to_dead(key, a, s, p, err, now, cfg.dead_max, c)
+        code = 2
+        local parked = redis.call('HGET', K.n, key)
+        if parked then
+          release_parked(key, parked)
+          requeued = true
+        end
+      elseif op == 'r' then
+        redis.call('ZREM', K.f, key)
+        local parked = redis.call('HGET', K.n, key)
+        if parked then
+          redis.call('HDEL', K.d, key)
+          release_parked(key, parked)
+          c.merged = c.merged + 1
+          code = 3
+        else
+          redis.call('HSET', K.d, key, rec_make(math.max(a - 1, 0), s, '0', p))
+          redis.call('ZADD', K.q, fmt(s), key)
+        end
+        requeued = true
+      else
+        local r = fail(kind, key, err, num, now, cfg, c, (jitter + i * 0.6180339887) % 1)
+        if r == 'dead' then
+          code = 2
+        elseif r == 'superseded' then
+          code = 3
+        end
+        requeued = true
+      end
+    end
+  end
+  codes[#codes + 1] = code
+end
+
+flush_counters(c)
+if requeued then
+  announce(kind, channel, slot, hm, hs)
+end
+return codes
