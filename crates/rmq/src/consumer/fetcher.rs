@@ -26,6 +26,37 @@ pub(crate) struct FetchConfig {
 
 /// Slots popped per round at most (time-based topics).
 const FANOUT: usize = 8;
+/// Slots looked at per pipeline in a survey.
+const SURVEY_CHUNK: usize = 256;
+
+/// A pop call taking up to `count` messages of `slot` (0: only look).
+fn pop_call(topic: &Topic, slot: u32, count: usize) -> (ScriptId, redis::Cmd) {
+    let spec = topic.spec();
+    let count = count.to_string();
+    let lease = spec.lease_ms.to_string();
+    let max_attempts = spec.max_attempts.to_string();
+    let backoff = spec.backoff_ms.to_string();
+    let backoff_max = spec.backoff_max_ms.to_string();
+    let jitter = rand::random::<f64>().to_string();
+    let dead_max = spec.dead_letters_per_slot.to_string();
+    let slot_s = slot.to_string();
+    let args: [&[u8]; 10] = [
+        spec.kind.code().as_bytes(),
+        count.as_bytes(),
+        lease.as_bytes(),
+        max_attempts.as_bytes(),
+        backoff.as_bytes(),
+        backoff_max.as_bytes(),
+        jitter.as_bytes(),
+        topic.channel.as_bytes(),
+        slot_s.as_bytes(),
+        dead_max.as_bytes(),
+    ];
+    (
+        ScriptId::Pop,
+        scripts::call(ScriptId::Pop, &topic.slot_keys(slot), &args),
+    )
+}
 
 pub(crate) async fn fetch_loop(
     topic: Topic,
@@ -52,13 +83,53 @@ pub(crate) async fn fetch_loop(
             }
         }
         // Wait for a slot with work.
-        let slots = loop {
+        let slots = 'wait: loop {
             if cancel.is_cancelled() {
                 return;
             }
             if last_rescan.elapsed() >= cfg.rescan {
                 shared.lock().mark_all();
                 last_rescan = Instant::now();
+            }
+            let unknown = shared.lock().unknown();
+            if !unknown.is_empty() {
+                // Look before taking, so the first choice is already the best slot.
+                for chunk in unknown.chunks(SURVEY_CHUNK) {
+                    let calls = chunk
+                        .iter()
+                        .map(|&slot| pop_call(&topic, slot, 0))
+                        .collect();
+                    match topic.redis().run(calls).await {
+                        Ok(replies) => {
+                            for (&slot, r) in chunk.iter().zip(replies) {
+                                let mut s = shared.lock();
+                                match r {
+                                    Ok(v) => {
+                                        let a = items(v);
+                                        let now = int_at(&a, 0).unwrap_or(0);
+                                        s.observe_server_time(now);
+                                        let opt = |i: usize| a.get(i).and_then(as_int);
+                                        s.after_pop(slot, opt(1), opt(2), opt(3), now);
+                                    }
+                                    Err(e) => {
+                                        tracing::error!(topic = %spec.name, slot, "looking at a slot failed: {e}");
+                                        let now = s.server_now();
+                                        s.after_pop(slot, None, None, Some(now + 1_000), now);
+                                    }
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(topic = %spec.name, "looking at slots failed, will retry: {e}");
+                            tokio::select! {
+                                _ = tokio::time::sleep(error_backoff) => {}
+                                _ = cancel.cancelled() => return,
+                            }
+                            error_backoff = (error_backoff * 2).min(Duration::from_secs(2));
+                            continue 'wait;
+                        }
+                    }
+                }
             }
             let fanout = if spec.kind == TopicKind::Priority {
                 1
@@ -71,6 +142,9 @@ pub(crate) async fn fetch_loop(
             };
             if !ready.is_empty() {
                 break ready;
+            }
+            if !shared.lock().unknown().is_empty() {
+                continue;
             }
             let until_rescan = cfg.rescan.saturating_sub(last_rescan.elapsed());
             let sleep = wait

@@ -17,6 +17,8 @@ struct SlotHint {
     next: Option<i64>,
     /// Priority topics: score of the best pending message.
     best: Option<i64>,
+    /// Not looked at since the last (re)start or rescan.
+    unknown: bool,
 }
 
 /// Per-slot hints and the estimate of the server clock.
@@ -43,7 +45,8 @@ impl Schedule {
             slots: vec![
                 SlotHint {
                     next: Some(0),
-                    best: None
+                    best: None,
+                    unknown: true
                 };
                 slots as usize
             ],
@@ -64,7 +67,18 @@ impl Schedule {
     pub(crate) fn mark_all(&mut self) {
         for s in &mut self.slots {
             s.next = Some(0);
+            s.unknown = true;
         }
+    }
+
+    /// Slots to survey (look at without taking) before choosing.
+    pub(crate) fn unknown(&self) -> Vec<u32> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.unknown)
+            .map(|(i, _)| i as u32)
+            .collect()
     }
 
     /// Records what a pop reply said about a slot.

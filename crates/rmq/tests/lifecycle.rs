@@ -1,0 +1,199 @@
+//! Two-phase consumption, retries and dead letters (I1, I6): every end of a
+//! delivery, leases that run out, stale acks, and retries that keep their
+//! kind's ordering.
+mod common;
+use std::time::Duration;
+
+use common::*;
+use rmq::{DeadSelection, ErrorKind, Message, Settled, TopicKind, TopicSpec};
+
+fn spec(kind: TopicKind) -> TopicSpec {
+    TopicSpec::new("t", kind)
+        .slots(2)
+        .max_attempts(3)
+        .lease(Duration::from_millis(300))
+        .backoff(Duration::from_millis(20), Duration::from_millis(50))
+}
+
+#[tokio::test]
+async fn nack_retries_then_dead_letter_keeps_last_error() {
+    let (_s, _c, topic) = setup_with(spec(TopicKind::Priority)).await;
+    topic
+        .send(Message::new("job").key("k").priority(100))
+        .await
+        .unwrap();
+    let (mut s, _stop) = stream(&topic, 1);
+    for attempt in 1..=3 {
+        let d = next(&mut s, 5).await.unwrap();
+        assert_eq!(d.attempt, attempt);
+        assert_eq!(d.priority, Some(100), "a retry keeps its priority");
+        let end = d.nack(None, &format!("boom {attempt}")).await.unwrap();
+        assert_eq!(
+            end,
+            if attempt == 3 {
+                Settled::Dead
+            } else {
+                Settled::Done
+            }
+        );
+    }
+    let dead = topic.dead_letters(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        (
+            dead[0].attempts,
+            dead[0].error.as_str(),
+            dead[0].payload.as_slice()
+        ),
+        (3, "boom 3", &b"job"[..])
+    );
+    let st = topic.stats().await.unwrap().total;
+    assert_eq!(
+        (
+            st.pending,
+            st.in_flight,
+            st.dead,
+            st.retried,
+            st.dead_lettered
+        ),
+        (0, 0, 1, 2, 1)
+    );
+
+    // Requeue: a fresh start with its priority.
+    assert_eq!(
+        topic.requeue_dead(DeadSelection::All).await.unwrap(),
+        (1, 0)
+    );
+    let d = next(&mut s, 5).await.unwrap();
+    assert_eq!((d.attempt, d.priority), (1, Some(100)));
+    d.dead("no way").await.unwrap();
+    assert_eq!(
+        topic
+            .purge_dead(DeadSelection::Key(b"k".to_vec()))
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(topic.dead_letters(10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_retry_waits_its_backoff_and_then_goes_before_lower_priorities() {
+    let (_s, _c, topic) = setup_with(spec(TopicKind::Priority).slots(1)).await;
+    topic.send(Message::new("hi").priority(9)).await.unwrap();
+    let (mut s, _stop) = stream(&topic, 1);
+    let d = next(&mut s, 5).await.unwrap();
+    d.nack(Some(Duration::from_millis(300)), "later")
+        .await
+        .unwrap();
+    topic.send(Message::new("lo").priority(1)).await.unwrap();
+    let d = next(&mut s, 5).await.unwrap();
+    assert_eq!(d.payload, b"lo", "hi waits out its backoff");
+    topic.send(Message::new("lo2").priority(1)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    d.ack().await.unwrap();
+    let d = next(&mut s, 5).await.unwrap();
+    assert_eq!(
+        (d.payload.as_slice(), d.attempt),
+        (&b"hi"[..], 2),
+        "after the backoff, priority 9 first"
+    );
+    d.ack().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_time_based_retry_is_due_after_its_backoff() {
+    let (_s, _c, topic) = setup_with(spec(TopicKind::FixedTime)).await;
+    topic
+        .send(Message::new("m").delay(Duration::ZERO))
+        .await
+        .unwrap();
+    let (mut s, _stop) = stream(&topic, 1);
+    let d = next(&mut s, 5).await.unwrap();
+    let taken = d.taken_ms;
+    d.nack(Some(Duration::from_millis(200)), "x").await.unwrap();
+    let d = next(&mut s, 5).await.unwrap();
+    assert!(d.due_ms.unwrap() >= taken + 200);
+    assert!(d.taken_ms >= d.due_ms.unwrap());
+    d.ack().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_rolled_back_and_redelivered() {
+    // The consumer "crashes": it takes a message and never ends it.
+    let (_s, _c, topic) = setup_with(spec(TopicKind::Priority)).await;
+    topic.send(Message::new("m")).await.unwrap();
+    let (mut crashed, stop) = stream(&topic, 1);
+    let d = next(&mut crashed, 5).await.unwrap();
+    let token = d.token;
+    std::mem::forget(d); // no ack, no nack: like a process killed mid-message
+    stop.cancel();
+    drop(crashed);
+    let (mut s, _stop2) = stream(&topic, 1);
+    let d = next(&mut s, 5).await.expect("redelivered after the lease");
+    assert_eq!(d.attempt, 2);
+    assert_ne!(d.token, token);
+    d.ack().await.unwrap();
+    let st = topic.stats().await.unwrap().total;
+    assert_eq!(
+        (st.pending, st.in_flight, st.acked, st.retried),
+        (0, 0, 1, 1)
+    );
+}
+
+#[tokio::test]
+async fn a_stale_ack_is_refused_and_changes_nothing() {
+    let (_s, _c, topic) = setup_with(spec(TopicKind::Priority).max_attempts(5)).await;
+    topic.send(Message::new("m")).await.unwrap();
+    let (mut s, _stop) = stream(&topic, 2);
+    let slow = next(&mut s, 5).await.unwrap();
+    let fresh = next(&mut s, 5).await.expect("redelivered after the lease");
+    assert_eq!(fresh.attempt, 2);
+    let e = slow.ack().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::StaleDelivery);
+    assert_eq!(
+        topic.stats().await.unwrap().total.in_flight,
+        1,
+        "the fresh delivery is untouched"
+    );
+    fresh.ack().await.unwrap();
+}
+
+#[tokio::test]
+async fn extend_keeps_a_long_handler_from_redelivery() {
+    let (_s, _c, topic) = setup_with(spec(TopicKind::Priority)).await;
+    topic.send(Message::new("m")).await.unwrap();
+    let (mut s, _stop) = stream(&topic, 2);
+    let d = next(&mut s, 5).await.unwrap();
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        d.extend(Duration::from_millis(300)).await.unwrap();
+    }
+    // 600 ms of handling under a 300 ms lease, extended: no second delivery.
+    let st = topic.stats().await.unwrap().total;
+    assert_eq!((st.delivered, st.in_flight, st.retried), (1, 1, 0));
+    d.ack().await.unwrap();
+    assert_eq!(topic.stats().await.unwrap().total.acked, 1);
+}
+
+#[tokio::test]
+async fn dropping_a_delivery_counts_as_a_failed_attempt() {
+    let (_s, _c, topic) = setup_with(spec(TopicKind::Priority)).await;
+    topic.send(Message::new("m")).await.unwrap();
+    let (mut s, _stop) = stream(&topic, 1);
+    drop(next(&mut s, 5).await.unwrap());
+    let d = next(&mut s, 5).await.unwrap();
+    assert_eq!(d.attempt, 2);
+    d.ack().await.unwrap();
+}
+
+#[tokio::test]
+async fn release_gives_back_without_counting_an_attempt() {
+    let (_s, _c, topic) = setup_with(spec(TopicKind::Priority)).await;
+    topic.send(Message::new("m")).await.unwrap();
+    let (mut s, _stop) = stream(&topic, 1);
+    next(&mut s, 5).await.unwrap().release().await.unwrap();
+    let d = next(&mut s, 5).await.unwrap();
+    assert_eq!(d.attempt, 1);
+    d.ack().await.unwrap();
+}
