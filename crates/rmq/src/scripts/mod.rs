@@ -41,7 +41,8 @@ impl ScriptId {
         // (flags line, body, with common helpers)
         match self {
             ScriptId::Send => ("#!lua", include_str!("lua/send.lua"), true),
-            ScriptId::Pop => ("#!lua", include_str!("lua/pop.lua"), true),
+            // Taking messages is how a full Redis drains: allowed at maxmemory.
+            ScriptId::Pop => ("#!lua flags=allow-oom", include_str!("lua/pop.lua"), true),
             // Settling frees memory: it must work when Redis is at maxmemory.
             ScriptId::Settle => (
                 "#!lua flags=allow-oom",

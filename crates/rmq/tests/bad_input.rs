@@ -1,0 +1,175 @@
+//! I7 Bad input: refused with a typed error and a clear message, before
+//! anything is written.
+mod common;
+use std::time::Duration;
+
+use common::*;
+use rmq::{Client, ClientOptions, ErrorKind, Message, TopicKind, TopicSpec};
+
+#[tokio::test]
+async fn topic_definitions_are_checked_and_never_silently_changed() {
+    let (_s, client, topic) = setup(TopicKind::Priority, 4).await;
+    // Same definition: idempotent.
+    client.define_topic(topic.spec().clone()).await.unwrap();
+    // Different kind or slot count: refused, nothing changed.
+    let e = client
+        .define_topic(TopicSpec::new("t", TopicKind::FixedTime).slots(4))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TopicConflict);
+    assert!(e.to_string().contains("kind"), "{e}");
+    let e = client
+        .define_topic(TopicSpec::new("t", TopicKind::Priority).slots(8))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TopicConflict);
+    assert_eq!(client.topic("t").await.unwrap().spec(), topic.spec());
+    // Invalid definitions.
+    for (spec, kind) in [
+        (
+            TopicSpec::new("a b", TopicKind::Priority),
+            ErrorKind::InvalidName,
+        ),
+        (
+            TopicSpec::new("{x}", TopicKind::Priority),
+            ErrorKind::InvalidName,
+        ),
+        (
+            TopicSpec::new("", TopicKind::Priority),
+            ErrorKind::InvalidName,
+        ),
+        (
+            TopicSpec::new("ok", TopicKind::Priority).slots(12),
+            ErrorKind::InvalidSlotCount,
+        ),
+        (
+            TopicSpec::new("ok", TopicKind::Priority).slots(0),
+            ErrorKind::InvalidSlotCount,
+        ),
+        (
+            TopicSpec::new("ok", TopicKind::Priority).max_attempts(0),
+            ErrorKind::InvalidArgument,
+        ),
+        (
+            TopicSpec::new("ok", TopicKind::Priority).lease(Duration::ZERO),
+            ErrorKind::InvalidArgument,
+        ),
+    ] {
+        assert_eq!(client.define_topic(spec).await.unwrap_err().kind(), kind);
+    }
+    assert_eq!(
+        client.topics().await.unwrap().len(),
+        1,
+        "no refused topic was stored"
+    );
+    let e = client.topic("nope").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnknownTopic);
+    assert!(e.to_string().contains("define it first"), "{e}");
+}
+
+#[tokio::test]
+async fn messages_that_do_not_fit_the_topic_are_refused_whole_batch() {
+    let (_s, client, prio) = setup(TopicKind::Priority, 4).await;
+    let fixed = client
+        .define_topic(TopicSpec::new("f", TopicKind::FixedTime))
+        .await
+        .unwrap();
+    let range = client
+        .define_topic(TopicSpec::new("r", TopicKind::RangeMerge))
+        .await
+        .unwrap();
+    let small = client
+        .define_topic(TopicSpec::new("small", TopicKind::Priority).max_payload_bytes(8))
+        .await
+        .unwrap();
+    let cases = [
+        (
+            &prio,
+            Message::new("x").priority(rmq::MAX_PRIORITY + 1),
+            ErrorKind::InvalidArgument,
+        ),
+        (
+            &prio,
+            Message::new("x").delay(Duration::from_secs(1)),
+            ErrorKind::InvalidArgument,
+        ),
+        (&prio, Message::new(""), ErrorKind::InvalidArgument),
+        (&fixed, Message::new("x"), ErrorKind::InvalidArgument),
+        (
+            &fixed,
+            Message::new("x").priority(1),
+            ErrorKind::InvalidArgument,
+        ),
+        (
+            &fixed,
+            Message::new("x").at_ms(-5),
+            ErrorKind::InvalidArgument,
+        ),
+        (&range, Message::new("x"), ErrorKind::InvalidArgument),
+        (
+            &range,
+            Message::new("x").range(Duration::ZERO),
+            ErrorKind::InvalidArgument,
+        ),
+        (
+            &small,
+            Message::new("123456789").key("k"),
+            ErrorKind::PayloadTooLarge,
+        ),
+    ];
+    for (topic, msg, kind) in cases {
+        let e = topic.send(msg.clone()).await.unwrap_err();
+        assert_eq!(e.kind(), kind, "{msg:?}: {e}");
+        // In a batch with valid messages, the whole batch is refused.
+        let ok = match topic.kind() {
+            TopicKind::Priority => Message::new("ok"),
+            TopicKind::FixedTime => Message::new("ok").delay(Duration::ZERO),
+            TopicKind::RangeMerge => Message::new("ok").range(Duration::from_millis(5)),
+        };
+        let e = topic.send_batch(&[ok, msg]).await.unwrap_err();
+        assert!(
+            e.to_string().contains("message 1") && e.to_string().contains("nothing was sent"),
+            "{e}"
+        );
+    }
+    for t in [&prio, &fixed, &range, &small] {
+        assert_eq!(
+            t.stats().await.unwrap().total.sent,
+            0,
+            "{}: nothing written",
+            t.name()
+        );
+    }
+}
+
+#[tokio::test]
+async fn bad_prefixes_and_unreachable_redis_are_clear_errors() {
+    let server = RedisServer::start();
+    let e = Client::connect_with(&server.url(), ClientOptions::default().prefix("a{b}"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidName);
+    let port = rmq_test_support::free_port();
+    let e = Client::connect(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Connection);
+    assert!(e.to_string().contains("cannot connect"), "{e}");
+    let e = Client::connect("not a url").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+}
+
+#[tokio::test]
+async fn an_evicting_server_is_refused_unless_allowed() {
+    let server = RedisServer::builder()
+        .maxmemory_policy("allkeys-lru")
+        .start();
+    let e = Client::connect(&server.url()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnsafeServerConfig);
+    assert!(e.to_string().contains("noeviction"), "{e}");
+    let opts = ClientOptions {
+        allow_eviction: true,
+        ..ClientOptions::default()
+    };
+    Client::connect_with(&server.url(), opts).await.unwrap();
+}
