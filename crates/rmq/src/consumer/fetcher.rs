@@ -30,7 +30,7 @@ const FANOUT: usize = 8;
 const SURVEY_CHUNK: usize = 256;
 
 /// A pop call taking up to `count` messages of `slot` (0: only look).
-fn pop_call(topic: &Topic, slot: u32, count: usize) -> (ScriptId, redis::Cmd) {
+pub(crate) fn pop_call(topic: &Topic, slot: u32, count: usize) -> (ScriptId, redis::Cmd) {
     let spec = topic.spec();
     let count = count.to_string();
     let lease = spec.lease_ms.to_string();
@@ -217,31 +217,13 @@ pub(crate) async fn fetch_loop(
                     continue;
                 }
             };
-            let now = int_at(&a, 0).unwrap_or(0);
+            let popped = parse_pop(&spec, slot, a);
             {
                 let mut s = shared.lock();
-                s.observe_server_time(now);
-                let opt = |i: usize| a.get(i).and_then(as_int);
-                s.after_pop(slot, opt(1), opt(2), opt(3), now);
+                s.observe_server_time(popped.now);
+                s.after_pop(slot, popped.head, popped.retry, popped.lease, popped.now);
             }
-            let mut i = 5;
-            while i + 4 < a.len() {
-                let score = int_at(&a, i + 3).unwrap_or(0);
-                let (priority, due_ms) = Received::score_fields(spec.kind, score);
-                out.push(Received {
-                    topic: spec.name.clone(),
-                    kind: spec.kind,
-                    key: bytes_at(&a, i).unwrap_or_default(),
-                    payload: bytes_at(&a, i + 1).unwrap_or_default(),
-                    slot,
-                    attempt: u32::try_from(int_at(&a, i + 2).unwrap_or(1)).unwrap_or(u32::MAX),
-                    priority,
-                    due_ms,
-                    token: u64::try_from(int_at(&a, i + 4).unwrap_or(0)).unwrap_or(0),
-                    taken_ms: now,
-                });
-                i += 5;
-            }
+            out.extend(popped.messages);
         }
         for msg in out {
             let permit = held.pop();
@@ -250,5 +232,45 @@ pub(crate) async fn fetch_loop(
                 let _ = d.release().await;
             }
         }
+    }
+}
+
+/// A pop reply, decoded.
+pub(crate) struct Popped {
+    pub(crate) now: i64,
+    pub(crate) head: Option<i64>,
+    pub(crate) retry: Option<i64>,
+    pub(crate) lease: Option<i64>,
+    pub(crate) messages: Vec<Received>,
+}
+
+pub(crate) fn parse_pop(spec: &crate::topic::TopicSpec, slot: u32, a: Vec<redis::Value>) -> Popped {
+    let now = int_at(&a, 0).unwrap_or(0);
+    let opt = |i: usize| a.get(i).and_then(as_int);
+    let mut messages = Vec::new();
+    let mut i = 5;
+    while i + 4 < a.len() {
+        let score = int_at(&a, i + 3).unwrap_or(0);
+        let (priority, due_ms) = Received::score_fields(spec.kind, score);
+        messages.push(Received {
+            topic: spec.name.clone(),
+            kind: spec.kind,
+            key: bytes_at(&a, i).unwrap_or_default(),
+            payload: bytes_at(&a, i + 1).unwrap_or_default(),
+            slot,
+            attempt: u32::try_from(int_at(&a, i + 2).unwrap_or(1)).unwrap_or(u32::MAX),
+            priority,
+            due_ms,
+            token: u64::try_from(int_at(&a, i + 4).unwrap_or(0)).unwrap_or(0),
+            taken_ms: now,
+        });
+        i += 5;
+    }
+    Popped {
+        now,
+        head: opt(1),
+        retry: opt(2),
+        lease: opt(3),
+        messages,
     }
 }

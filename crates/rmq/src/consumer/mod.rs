@@ -127,6 +127,31 @@ impl Topic {
     }
 }
 
+impl Topic {
+    /// Takes up to `max` due messages right now, without waiting, slot by
+    /// slot from slot 0 (no cross-slot priority order). For tools, scripts
+    /// and tests; a long-running consumer should use [`Topic::consumer`].
+    pub async fn take(&self, max: usize) -> Result<Vec<Delivery>> {
+        let settler = settler::Settler::spawn(self.clone());
+        let mut out = Vec::new();
+        for slot in 0..self.spec().slots {
+            if out.len() >= max {
+                break;
+            }
+            let (id, cmd) = fetcher::pop_call(self, slot, max - out.len());
+            let v = self.redis().run_one(id, cmd).await?;
+            let popped = fetcher::parse_pop(self.spec(), slot, crate::value::items(v));
+            out.extend(
+                popped
+                    .messages
+                    .into_iter()
+                    .map(|m| Delivery::new(m, settler.clone(), None)),
+            );
+        }
+        Ok(out)
+    }
+}
+
 impl ConsumerBuilder {
     /// Messages in flight at once (handlers running, or deliveries not yet
     /// ended); default 16.

@@ -1,0 +1,321 @@
+//! Property test: random sequences of send / take / ack / nack / dead /
+//! release against a plain in-memory model of one priority slot. After every
+//! step the pending order (I3), the merge state (I2) and the ledger (I1:
+//! every message in exactly one place, counters balanced) must match.
+mod common;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use common::*;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use rmq::{Client, Delivery, Message, Topic, TopicKind, TopicSpec};
+
+const MAX_ATTEMPTS: u32 = 3;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Send { key: u8, prio: u32 },
+    Take { n: usize },
+    Ack(usize),
+    Nack(usize),
+    Dead(usize),
+    Release(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u8..5, 0u32..3).prop_map(|(key, prio)| Op::Send { key, prio }),
+        3 => (1usize..4).prop_map(|n| Op::Take { n }),
+        2 => any::<usize>().prop_map(Op::Ack),
+        2 => any::<usize>().prop_map(Op::Nack),
+        1 => any::<usize>().prop_map(Op::Dead),
+        1 => any::<usize>().prop_map(Op::Release),
+    ]
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Rec {
+    payload: String,
+    prio: u32,
+    seq: u64,
+    attempts: u32,
+}
+
+#[derive(Default, Debug)]
+struct Model {
+    pending: BTreeMap<String, Rec>,
+    in_flight: BTreeMap<String, Rec>,
+    parked: BTreeMap<String, Rec>,
+    dead: BTreeMap<String, (String, u32)>,
+    seq: u64,
+    sent: u64,
+    merged: u64,
+    acked: u64,
+}
+
+impl Model {
+    fn send(&mut self, key: &str, prio: u32, payload: String) -> (bool, bool) {
+        self.sent += 1;
+        if self.in_flight.contains_key(key) {
+            if let Some(p) = self.parked.get_mut(key) {
+                p.payload = payload;
+                p.prio = prio;
+                self.merged += 1;
+                return (true, true);
+            }
+            self.seq += 1;
+            self.parked.insert(
+                key.into(),
+                Rec {
+                    payload,
+                    prio,
+                    seq: self.seq,
+                    attempts: 0,
+                },
+            );
+            return (false, true);
+        }
+        if let Some(p) = self.pending.get_mut(key) {
+            p.payload = payload;
+            p.prio = prio;
+            self.merged += 1;
+            return (true, false);
+        }
+        self.seq += 1;
+        self.pending.insert(
+            key.into(),
+            Rec {
+                payload,
+                prio,
+                seq: self.seq,
+                attempts: 0,
+            },
+        );
+        (false, false)
+    }
+
+    fn order(&self) -> Vec<(String, Rec)> {
+        let mut v: Vec<_> = self
+            .pending
+            .iter()
+            .map(|(k, r)| (k.clone(), r.clone()))
+            .collect();
+        v.sort_by(|a, b| b.1.prio.cmp(&a.1.prio).then(a.1.seq.cmp(&b.1.seq)));
+        v
+    }
+
+    fn take(&mut self, n: usize) -> Vec<(String, Rec)> {
+        let taken: Vec<_> = self.order().into_iter().take(n).collect();
+        for (k, r) in &taken {
+            self.pending.remove(k);
+            let mut r = r.clone();
+            r.attempts += 1;
+            self.in_flight.insert(k.clone(), r);
+        }
+        taken
+            .into_iter()
+            .map(|(k, mut r)| {
+                r.attempts += 1;
+                (k, r)
+            })
+            .collect()
+    }
+
+    fn unpark(&mut self, key: &str) -> bool {
+        match self.parked.remove(key) {
+            Some(p) => {
+                self.pending.insert(key.into(), p);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn ack(&mut self, key: &str) {
+        self.in_flight.remove(key);
+        self.acked += 1;
+        self.unpark(key);
+    }
+
+    fn to_dead(&mut self, key: &str, r: Rec) {
+        self.dead.insert(key.into(), (r.payload, r.attempts));
+        self.unpark(key);
+    }
+
+    fn nack(&mut self, key: &str) {
+        let Some(r) = self.in_flight.remove(key) else {
+            return;
+        };
+        if r.attempts >= MAX_ATTEMPTS {
+            return self.to_dead(key, r);
+        }
+        if self.unpark(key) {
+            self.merged += 1;
+        } else {
+            self.pending.insert(key.into(), r);
+        }
+    }
+
+    fn dead(&mut self, key: &str) {
+        if let Some(r) = self.in_flight.remove(key) {
+            self.to_dead(key, r);
+        }
+    }
+
+    fn release(&mut self, key: &str) {
+        let Some(mut r) = self.in_flight.remove(key) else {
+            return;
+        };
+        r.attempts -= 1;
+        if self.unpark(key) {
+            self.merged += 1;
+        } else {
+            self.pending.insert(key.into(), r);
+        }
+    }
+}
+
+async fn check(topic: &Topic, m: &Model) -> Result<(), TestCaseError> {
+    let peek = topic
+        .peek(100)
+        .await
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let got: Vec<_> = peek
+        .iter()
+        .map(|p| {
+            (
+                text(&p.key),
+                text(&p.payload),
+                p.priority.unwrap_or(99),
+                p.attempts,
+            )
+        })
+        .collect();
+    let want: Vec<_> = m
+        .order()
+        .into_iter()
+        .map(|(k, r)| (k, r.payload, r.prio, r.attempts))
+        .collect();
+    prop_assert_eq!(got, want, "pending order and contents");
+    let st = topic
+        .stats()
+        .await
+        .map_err(|e| TestCaseError::fail(e.to_string()))?
+        .total;
+    prop_assert_eq!(st.in_flight as usize, m.in_flight.len());
+    prop_assert_eq!(st.behind_in_flight as usize, m.parked.len());
+    prop_assert_eq!(st.dead as usize, m.dead.len());
+    prop_assert_eq!((st.sent, st.merged, st.acked), (m.sent, m.merged, m.acked));
+    let dead = topic
+        .dead_letters(100)
+        .await
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    for d in dead {
+        let (payload, attempts) = m.dead.get(&text(&d.key)).cloned().unwrap_or_default();
+        prop_assert_eq!((text(&d.payload), d.attempts), (payload, attempts));
+    }
+    Ok(())
+}
+
+#[test]
+fn protocol_matches_the_model_after_every_step() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rt.block_on(Client::connect(&server.url())).unwrap();
+    let case = AtomicU32::new(0);
+    let mut runner = TestRunner::new(Config {
+        cases: 48,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&proptest::collection::vec(op(), 1..40), |ops| {
+            rt.block_on(async {
+                let name = format!("t{}", case.fetch_add(1, Ordering::SeqCst));
+                let topic = client
+                    .define_topic(
+                        TopicSpec::new(name, TopicKind::Priority)
+                            .slots(1)
+                            .max_attempts(MAX_ATTEMPTS)
+                            .lease(Duration::from_secs(600)),
+                    )
+                    .await
+                    .unwrap();
+                let mut model = Model::default();
+                let mut hand: Vec<Delivery> = Vec::new();
+                let mut payloads = 0;
+                for op in ops {
+                    match op {
+                        Op::Send { key, prio } => {
+                            payloads += 1;
+                            let (key, payload) = (format!("k{key}"), format!("p{payloads}"));
+                            let sent = topic
+                                .send(
+                                    Message::new(payload.clone())
+                                        .key(key.clone())
+                                        .priority(prio),
+                                )
+                                .await
+                                .unwrap();
+                            let (merged, behind) = model.send(&key, prio, payload);
+                            prop_assert_eq!((sent.merged, sent.behind_in_flight), (merged, behind));
+                        }
+                        Op::Take { n } => {
+                            let got = topic.take(n).await.unwrap();
+                            let want = model.take(n);
+                            let g: Vec<_> = got
+                                .iter()
+                                .map(|d| {
+                                    (
+                                        text(&d.key),
+                                        text(&d.payload),
+                                        d.priority.unwrap_or(99),
+                                        d.attempt,
+                                    )
+                                })
+                                .collect();
+                            let w: Vec<_> = want
+                                .into_iter()
+                                .map(|(k, r)| (k, r.payload, r.prio, r.attempts))
+                                .collect();
+                            prop_assert_eq!(g, w, "take order");
+                            hand.extend(got);
+                        }
+                        Op::Ack(i) | Op::Nack(i) | Op::Dead(i) | Op::Release(i)
+                            if !hand.is_empty() =>
+                        {
+                            let d = hand.remove(i % hand.len());
+                            let key = text(&d.key);
+                            match op {
+                                Op::Ack(_) => {
+                                    d.ack().await.unwrap();
+                                    model.ack(&key);
+                                }
+                                Op::Nack(_) => {
+                                    d.nack(Some(Duration::ZERO), "failed").await.unwrap();
+                                    model.nack(&key);
+                                }
+                                Op::Dead(_) => {
+                                    d.dead("poison").await.unwrap();
+                                    model.dead(&key);
+                                }
+                                _ => {
+                                    d.release().await.unwrap();
+                                    model.release(&key);
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                    check(&topic, &model).await?;
+                }
+                for d in hand {
+                    d.release().await.unwrap();
+                }
+                Ok(())
+            })
+        })
+        .unwrap();
+}
