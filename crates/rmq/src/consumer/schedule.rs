@@ -103,6 +103,7 @@ impl Schedule {
         } else {
             None
         };
+        h.unknown = false;
     }
 
     /// Records a wake-up notification: slot's new head has this score.
@@ -166,6 +167,17 @@ mod tests {
         s.after_pop(3, None, Some(now + 60_000), None, now);
         assert_eq!(s.ready(10), vec![1, 0]);
         assert!(s.ms_until_next() == Some(0));
+    }
+
+    #[test]
+    fn a_look_makes_a_slot_known() {
+        let mut s = Schedule::new(TopicKind::FixedTime, 2);
+        assert_eq!(s.unknown(), vec![0, 1]);
+        let now = s.server_now();
+        s.after_pop(0, None, None, None, now);
+        assert_eq!(s.unknown(), vec![1]);
+        s.mark_all();
+        assert_eq!(s.unknown(), vec![0, 1]);
     }
 
     #[test]

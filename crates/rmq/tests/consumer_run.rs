@@ -1,0 +1,164 @@
+//! The handler API: concurrency, outcomes, graceful shutdown, and no busy
+//! polling when idle.
+mod common;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use rmq::{CancellationToken, Message, Outcome, TopicKind, TopicSpec};
+
+#[tokio::test]
+async fn run_handles_everything_with_bounded_concurrency() {
+    let (_s, _c, topic) = setup_with(
+        TopicSpec::new("t", TopicKind::Priority)
+            .slots(8)
+            .max_attempts(2)
+            .backoff(Duration::from_millis(10), Duration::from_millis(10)),
+    )
+    .await;
+    let msgs: Vec<_> = (0..300).map(|i| Message::new(format!("m{i}"))).collect();
+    topic.send_batch(&msgs).await.unwrap();
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let stop = CancellationToken::new();
+    let (r, p, st) = (running.clone(), peak.clone(), stop.clone());
+    let topic2 = topic.clone();
+    let watcher = tokio::spawn(async move {
+        loop {
+            let s = topic2.stats().await.unwrap().total;
+            if s.acked + s.dead_lettered == 300 {
+                st.cancel();
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let report = topic
+        .consumer()
+        .concurrency(8)
+        .run(stop, move |m| {
+            let (r, p) = (r.clone(), p.clone());
+            async move {
+                let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                p.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                r.fetch_sub(1, Ordering::SeqCst);
+                // Every 10th message is poison.
+                if m.payload.ends_with(b"0") {
+                    Outcome::Dead {
+                        error: "poison".into(),
+                    }
+                } else {
+                    Outcome::Ack
+                }
+            }
+        })
+        .await
+        .unwrap();
+    watcher.await.unwrap();
+    assert_eq!((report.acked, report.dead), (270, 30));
+    assert!(peak.load(Ordering::SeqCst) <= 8);
+    let st = topic.stats().await.unwrap().total;
+    assert_eq!((st.pending, st.in_flight, st.dead), (0, 0, 30));
+}
+
+#[tokio::test]
+async fn shutdown_finishes_running_handlers_and_leaves_nothing_in_flight() {
+    let (_s, _c, topic) = setup(TopicKind::Priority, 4).await;
+    let msgs: Vec<_> = (0..50).map(|i| Message::new(format!("m{i}"))).collect();
+    topic.send_batch(&msgs).await.unwrap();
+    let stop = CancellationToken::new();
+    let st = stop.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        st.cancel();
+    });
+    let report = topic
+        .consumer()
+        .concurrency(4)
+        .run(stop, |_| async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Outcome::Ack
+        })
+        .await
+        .unwrap();
+    let s = topic.stats().await.unwrap().total;
+    assert_eq!(s.in_flight, 0, "nothing left behind in flight");
+    assert_eq!(s.pending + s.acked, 50);
+    assert_eq!(report.acked, s.acked);
+}
+
+#[tokio::test]
+async fn a_long_handler_gets_its_lease_extended() {
+    let (_s, _c, topic) = setup_with(
+        TopicSpec::new("t", TopicKind::Priority)
+            .slots(1)
+            .lease(Duration::from_millis(200)),
+    )
+    .await;
+    topic.send(Message::new("slow")).await.unwrap();
+    let stop = CancellationToken::new();
+    let st = stop.clone();
+    let report = topic
+        .consumer()
+        .run(stop, move |_| {
+            let st = st.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                st.cancel();
+                Outcome::Ack
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(report.acked, 1);
+    let s = topic.stats().await.unwrap().total;
+    assert_eq!(
+        (s.delivered, s.acked, s.retried),
+        (1, 1, 0),
+        "no redelivery"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_consumer_does_not_poll() {
+    let (server, _c, topic) = setup(TopicKind::FixedTime, 16).await;
+    let (mut s, _stop) = {
+        let stop = CancellationToken::new();
+        (topic.consumer().stream(stop.clone()), stop)
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = calls(&server).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = calls(&server).await - before;
+    assert!(idle <= 4, "{idle} script calls in 2 s of idling");
+    // ...yet a new message wakes it at once.
+    topic
+        .send(Message::new("wake").delay(Duration::ZERO))
+        .await
+        .unwrap();
+    let d = next(&mut s, 2).await.expect("woken by the notice");
+    d.ack().await.unwrap();
+}
+
+async fn calls(server: &RedisServer) -> u64 {
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
