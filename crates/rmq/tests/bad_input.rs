@@ -1,5 +1,6 @@
 //! I7 Bad input: refused with a typed error and a clear message, before
 //! anything is written.
+#![allow(clippy::unwrap_used)]
 mod common;
 use std::time::Duration;
 

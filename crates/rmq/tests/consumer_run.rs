@@ -1,5 +1,6 @@
 //! The handler API: concurrency, outcomes, graceful shutdown, and no busy
 //! polling when idle.
+#![allow(clippy::unwrap_used)]
 mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

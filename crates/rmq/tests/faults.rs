@@ -1,6 +1,7 @@
 //! I1/I6 through faults: Redis restarts (AOF always), scripts flushed,
 //! foreign keys planted at queue keys, Redis out of memory. Nothing accepted
 //! is lost; calls fail with retryable errors and consumers resume.
+#![allow(clippy::unwrap_used)]
 mod common;
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
 //! A duplicate that arrives while its key is in flight is not lost: it is
 //! delivered after the in-flight delivery ends, whatever the end.
+#![allow(clippy::unwrap_used)]
 mod common;
 use std::time::Duration;
 

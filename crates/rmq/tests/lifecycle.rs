@@ -1,6 +1,7 @@
 //! Two-phase consumption, retries and dead letters (I1, I6): every end of a
 //! delivery, leases that run out, stale acks, and retries that keep their
 //! kind's ordering.
+#![allow(clippy::unwrap_used)]
 mod common;
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
 //! I2 Merge: per topic and key at most one pending entry, and each kind's
 //! merge rule (due time / priority / payload) holds.
+#![allow(clippy::unwrap_used)]
 mod common;
 use std::time::Duration;
 

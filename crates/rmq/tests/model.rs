@@ -2,6 +2,7 @@
 //! release against a plain in-memory model of one priority slot. After every
 //! step the pending order (I3), the merge state (I2) and the ledger (I1:
 //! every message in exactly one place, counters balanced) must match.
+#![allow(clippy::unwrap_used)]
 mod common;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -139,7 +140,7 @@ impl Model {
         self.unpark(key);
     }
 
-    fn to_dead(&mut self, key: &str, r: Rec) {
+    fn bury(&mut self, key: &str, r: Rec) {
         self.dead.insert(key.into(), (r.payload, r.attempts));
         self.unpark(key);
     }
@@ -149,7 +150,7 @@ impl Model {
             return;
         };
         if r.attempts >= MAX_ATTEMPTS {
-            return self.to_dead(key, r);
+            return self.bury(key, r);
         }
         if self.unpark(key) {
             self.merged += 1;
@@ -160,7 +161,7 @@ impl Model {
 
     fn dead(&mut self, key: &str) {
         if let Some(r) = self.in_flight.remove(key) {
-            self.to_dead(key, r);
+            self.bury(key, r);
         }
     }
 

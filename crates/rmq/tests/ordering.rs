@@ -1,5 +1,6 @@
 //! I3 Priority and I4 Time: pops follow the kind's order; time-based
 //! messages are never delivered before their due time (server clock).
+#![allow(clippy::unwrap_used)]
 mod common;
 use std::time::Duration;
 

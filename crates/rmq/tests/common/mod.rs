@@ -1,6 +1,6 @@
 //! Shared by the integration tests: a throwaway Redis per test and helpers
 //! that take messages by hand (to drive the two phases step by step).
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
 use std::time::Duration;
 
