@@ -1,0 +1,75 @@
+//! Runs `rmq-bench --smoke` end to end against a throwaway redis-server.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+fn smoke_run_prints_json_for_every_scenario() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rmq-bench"))
+        .arg("--smoke")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rmq-bench starts");
+    let mut stdout = child.stdout.take().expect("stdout piped");
+    let mut stderr = child.stderr.take().expect("stderr piped");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+
+    // Never hang CI: the smoke run takes a few seconds; give it ample room.
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for rmq-bench") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("rmq-bench --smoke did not finish within 240 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = out_reader.join().expect("stdout reader");
+    let err = err_reader.join().expect("stderr reader");
+    assert!(
+        status.success(),
+        "rmq-bench --smoke failed ({status}):\nstdout:\n{out}\nstderr:\n{err}"
+    );
+
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(rows.len() >= 6, "only {} JSON lines:\n{out}", rows.len());
+    for row in &rows {
+        assert!(row.get("error").is_none(), "error line: {row}");
+        assert!(
+            row["msgs"].as_u64().is_some_and(|n| n > 0),
+            "no msgs: {row}"
+        );
+        assert!(row["msgs_per_sec"].as_f64().is_some(), "no rate: {row}");
+    }
+    for scenario in [
+        "send_single",
+        "send_batch",
+        "consume",
+        "merge_heavy",
+        "latency",
+        "memory",
+    ] {
+        assert!(
+            rows.iter().any(|r| r["scenario"] == scenario),
+            "no {scenario} line:\n{out}"
+        );
+    }
+}
