@@ -1,1 +1,202 @@
-fn main() {}
+//! `rmq`: the command-line tool of the rmq queue library.
+//!
+//! A thin layer: every subcommand (one file each under `cmd/`) parses its
+//! arguments with clap, calls the library and prints what it got, as a
+//! table for people or, with `--json`, one JSON object per line for
+//! programs (`output.rs`). Nothing here knows how messages are stored.
+//!
+//! Errors never panic: each one prints a single `error: <message>` line on
+//! stderr (the library's messages already say what to do) and the process
+//! exits with 2 for bad input (a wrong argument, an unknown topic, a
+//! conflicting definition, a message the server refused) or 1 for a runtime
+//! failure (Redis unreachable, Redis errors, a failed child process).
+//! clap reports its own usage errors, also with exit code 2.
+
+mod cmd;
+mod connect;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::{ArgAction, Parser, Subcommand};
+
+/// The default Redis URL when neither `--redis` nor `REDIS_URL` is given.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+/// rmq: a Redis queue that merges duplicates, consumes by priority or at an
+/// exact time, and retries with backoff into dead letters.
+#[derive(Debug, Parser)]
+#[command(name = "rmq", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Global {
+    /// Redis URL [default: env REDIS_URL, else redis://127.0.0.1:6379]
+    #[arg(long = "redis", value_name = "URL", env = "REDIS_URL", global = true)]
+    pub redis: Option<String>,
+    /// Key prefix (namespace) of the queues
+    #[arg(long, value_name = "NS", default_value = "rmq", global = true)]
+    pub prefix: String,
+    /// Print one JSON object per line instead of text
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Log to stderr (-v info, -vv debug, -vvv trace); default: warnings only
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    pub verbose: u8,
+}
+
+impl Global {
+    /// The Redis URL to use.
+    pub fn url(&self) -> &str {
+        self.redis.as_deref().unwrap_or(DEFAULT_REDIS_URL)
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Define, list and show topics
+    #[command(subcommand)]
+    Topic(cmd::topic::TopicCmd),
+    /// Send a message (or, with --batch, JSON lines from stdin)
+    Send(cmd::send::SendArgs),
+    /// Consume messages: print them, or run a command per message
+    Consume(cmd::consume::ConsumeArgs),
+    /// Depth and counters per topic
+    Stats(cmd::stats::StatsArgs),
+    /// The next messages in consumption order, without taking them
+    Peek(cmd::peek::PeekArgs),
+    /// List, requeue and purge dead letters
+    #[command(subcommand)]
+    Dead(cmd::dead::DeadCmd),
+    /// A guided tour on a throwaway redis-server (or on --redis)
+    Demo(cmd::demo::DemoArgs),
+}
+
+/// An error that ends the process: one line on stderr and an exit code.
+#[derive(Debug)]
+pub struct CliError {
+    /// 1 runtime failure, 2 bad input.
+    pub code: u8,
+    /// The message; `None` prints nothing (stdout was closed).
+    pub message: Option<String>,
+}
+
+impl CliError {
+    /// Bad input: exit code 2.
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError {
+            code: 2,
+            message: Some(message.into()),
+        }
+    }
+
+    /// A runtime failure: exit code 1.
+    pub fn runtime(message: impl Into<String>) -> Self {
+        CliError {
+            code: 1,
+            message: Some(message.into()),
+        }
+    }
+
+    /// Ends quietly with exit code 1 (the reader of stdout went away).
+    pub fn quiet() -> Self {
+        CliError {
+            code: 1,
+            message: None,
+        }
+    }
+}
+
+impl From<rmq::Error> for CliError {
+    fn from(e: rmq::Error) -> Self {
+        use rmq::ErrorKind as K;
+        let code = match e.kind() {
+            K::InvalidName
+            | K::InvalidSlotCount
+            | K::InvalidArgument
+            | K::PayloadTooLarge
+            | K::PastDue
+            | K::UnknownTopic
+            | K::TopicConflict => 2,
+            _ => 1,
+        };
+        CliError {
+            code,
+            message: Some(e.to_string()),
+        }
+    }
+}
+
+/// Result of a subcommand.
+pub type CliResult<T = ()> = Result<T, CliError>;
+
+fn init_tracing(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match verbose {
+        0 => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+        1 => EnvFilter::new("info"),
+        2 => EnvFilter::new("debug"),
+        _ => EnvFilter::new("trace"),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(verbose > 1)
+        .try_init();
+}
+
+async fn run(cli: Cli) -> CliResult {
+    let g = cli.global;
+    match cli.command {
+        Command::Topic(c) => cmd::topic::run(&g, c).await,
+        Command::Send(a) => cmd::send::run(&g, a).await,
+        Command::Consume(a) => cmd::consume::run(&g, a).await,
+        Command::Stats(a) => cmd::stats::run(&g, a).await,
+        Command::Peek(a) => cmd::peek::run(&g, a).await,
+        Command::Dead(c) => cmd::dead::run(&g, c).await,
+        Command::Demo(a) => cmd::demo::run(&g, a).await,
+    }
+}
+
+fn main() -> ExitCode {
+    let mut cli = Cli::parse();
+    // An empty REDIS_URL (e.g. `REDIS_URL= rmq demo`) counts as unset.
+    if cli
+        .global
+        .redis
+        .as_deref()
+        .is_some_and(|u| u.trim().is_empty())
+    {
+        cli.global.redis = None;
+    }
+    init_tracing(cli.global.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(run(cli));
+    // Do not wait for background tasks (e.g. a consumer's wake-up listener).
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if let Some(m) = e.message {
+                output::error_line(&m);
+            }
+            ExitCode::from(e.code)
+        }
+    }
+}

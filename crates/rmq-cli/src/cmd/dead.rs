@@ -1,0 +1,166 @@
+//! `rmq dead list|requeue|purge`: the dead letters of a topic.
+//!
+//! Requeue and purge take exactly one of `--key K` or `--all`, so that a
+//! forgotten argument never purges everything. Requeued messages start
+//! again with no attempts counted.
+//!
+//! `--key` finds a dead letter in the slot of its key: a message that was
+//! sent with a different slot basis lives in another slot, and only `--all`
+//! reaches it (the library's `DeadSelection::Key` takes no slot).
+
+use clap::{ArgGroup, Args, Subcommand};
+use rmq::DeadSelection;
+use serde::Serialize;
+
+use crate::output::{self, Out};
+use crate::{connect, CliResult, Global};
+
+#[derive(Debug, Subcommand)]
+pub enum DeadCmd {
+    /// List dead letters, oldest death first
+    List {
+        /// Topic name
+        topic: String,
+        /// How many at most
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: usize,
+    },
+    /// Give dead letters a fresh start
+    Requeue(Select),
+    /// Delete dead letters for good
+    Purge(Select),
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).args(["key", "all"])))]
+pub struct Select {
+    /// Topic name
+    pub topic: String,
+    /// The dead letter of this merge key
+    #[arg(long, value_name = "K")]
+    pub key: Option<String>,
+    /// Every dead letter of the topic
+    #[arg(long)]
+    pub all: bool,
+}
+
+impl Select {
+    fn which(&self) -> DeadSelection {
+        match &self.key {
+            Some(k) => DeadSelection::Key(k.clone().into_bytes()),
+            None => DeadSelection::All,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct DeadJson {
+    key: String,
+    payload: String,
+    slot: u32,
+    attempts: u32,
+    error: String,
+    dead_at_ms: i64,
+    deaths: u32,
+}
+
+#[derive(Serialize)]
+struct Requeued {
+    requeued: u64,
+    merged: u64,
+}
+
+#[derive(Serialize)]
+struct Purged {
+    purged: u64,
+}
+
+pub async fn run(g: &Global, cmd: DeadCmd) -> CliResult {
+    let out = Out { json: g.json };
+    match cmd {
+        DeadCmd::List { topic, limit } => list(g, out, &topic, limit).await,
+        DeadCmd::Requeue(s) => {
+            let (_client, topic) = connect::topic(g, &s.topic).await?;
+            let (requeued, merged) = topic.requeue_dead(s.which()).await?;
+            out.either(&Requeued { requeued, merged }, || {
+                let mut t = format!(
+                    "requeued {} dead letter{}",
+                    requeued + merged,
+                    if requeued + merged == 1 { "" } else { "s" }
+                );
+                if merged > 0 {
+                    t.push_str(&format!(
+                        " ({merged} merged into a waiting message of the same key)"
+                    ));
+                }
+                t
+            })?;
+            not_found_hint(&s, requeued + merged);
+            Ok(())
+        }
+        DeadCmd::Purge(s) => {
+            let (_client, topic) = connect::topic(g, &s.topic).await?;
+            let purged = topic.purge_dead(s.which()).await?;
+            out.either(&Purged { purged }, || {
+                format!(
+                    "purged {purged} dead letter{}",
+                    if purged == 1 { "" } else { "s" }
+                )
+            })?;
+            not_found_hint(&s, purged);
+            Ok(())
+        }
+    }
+}
+
+fn not_found_hint(s: &Select, n: u64) {
+    if let (Some(k), 0) = (&s.key, n) {
+        output::note(&format!(
+            "note: no dead letter with key {k:?} in the slot of that key \
+             (a message sent with another --slot-basis is only reached with --all)"
+        ));
+    }
+}
+
+async fn list(g: &Global, out: Out, name: &str, limit: usize) -> CliResult {
+    let (_client, topic) = connect::topic(g, name).await?;
+    let dead = topic.dead_letters(limit).await?;
+    if out.json {
+        for d in &dead {
+            out.json(&DeadJson {
+                key: output::lossy(&d.key),
+                payload: output::lossy(&d.payload),
+                slot: d.slot,
+                attempts: d.attempts,
+                error: d.error.clone(),
+                dead_at_ms: d.dead_at_ms,
+                deaths: d.deaths,
+            })?;
+        }
+        return Ok(());
+    }
+    if dead.is_empty() {
+        output::note(&format!("topic {name:?} has no dead letters"));
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = dead
+        .iter()
+        .map(|d| {
+            vec![
+                output::cell(&d.key, 40),
+                d.slot.to_string(),
+                d.attempts.to_string(),
+                d.deaths.to_string(),
+                output::clock(d.dead_at_ms),
+                output::cell(d.error.as_bytes(), 60),
+                output::cell(&d.payload, 40),
+            ]
+        })
+        .collect();
+    output::table(
+        &[
+            "KEY", "SLOT", "ATTEMPTS", "DEATHS", "DIED AT", "ERROR", "PAYLOAD",
+        ],
+        &rows,
+    )
+}

@@ -1,0 +1,385 @@
+//! `rmq send`: one message from the argument or stdin, or with `--batch`
+//! many messages from JSON lines on stdin.
+//!
+//! A batch is all or nothing as far as input goes: every line is parsed and
+//! checked against the topic before the first message is sent, so a typo on
+//! line 9000 does not leave 8999 messages sent. (The library checks each
+//! `send_batch` call only; the CLI sends in chunks of 1000 to show progress,
+//! so it repeats the library's checks here, see [`check`].) What the server
+//! alone can refuse (a due time in the past by its clock) is reported per
+//! message after sending.
+
+use std::io::{IsTerminal, Read};
+use std::time::Duration;
+
+use clap::Args;
+use rmq::{Message, Sent, TopicKind, TopicSpec, MAX_PRIORITY};
+use serde::{Deserialize, Serialize};
+
+use crate::output::{self, Out};
+use crate::{connect, CliError, CliResult, Global};
+
+/// Messages per `send_batch` call.
+const CHUNK: usize = 1000;
+/// The library's longest delay or range (100 years).
+const MAX_SPAN_MS: u64 = 100 * 365 * 86_400_000;
+
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// Topic name
+    pub topic: String,
+    /// Payload (default: all of stdin)
+    #[arg(conflicts_with = "batch")]
+    pub payload: Option<String>,
+    /// Merge key (default: the payload); with --batch, for lines without one
+    #[arg(long, value_name = "K")]
+    pub key: Option<String>,
+    /// Slot basis (default: the merge key); with --batch, for lines without one
+    #[arg(long, value_name = "B")]
+    pub slot_basis: Option<String>,
+    /// Priority topics: 0..=2097151, bigger first [default: 0]
+    #[arg(long, value_name = "P", group = "timing")]
+    pub priority: Option<u32>,
+    /// Fixed-time topics: due at this Unix time in ms (server clock)
+    #[arg(
+        long,
+        value_name = "UNIX_MS",
+        group = "timing",
+        allow_negative_numbers = true
+    )]
+    pub at: Option<i64>,
+    /// Fixed-time topics: due this many ms from now
+    #[arg(long, value_name = "MS", group = "timing")]
+    pub delay: Option<u64>,
+    /// Range-merge topics: due this many ms after the first send of the key
+    #[arg(long, value_name = "MS", group = "timing")]
+    pub range: Option<u64>,
+    /// Read JSON lines from stdin: {"payload": "..", "key": .., "slot_basis": ..,
+    /// "priority": .., "at": .., "delay": .., "range": ..}; the options above
+    /// apply to lines that leave them out
+    #[arg(long)]
+    pub batch: bool,
+}
+
+/// One line of `--batch` input.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    payload: String,
+    key: Option<String>,
+    slot_basis: Option<String>,
+    priority: Option<u32>,
+    at: Option<i64>,
+    delay: Option<u64>,
+    range: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timing {
+    None,
+    Priority(u32),
+    At(i64),
+    Delay(u64),
+    Range(u64),
+}
+
+impl Timing {
+    fn from_opts(
+        priority: Option<u32>,
+        at: Option<i64>,
+        delay: Option<u64>,
+        range: Option<u64>,
+    ) -> Result<Timing, String> {
+        let given = [
+            priority.map(Timing::Priority),
+            at.map(Timing::At),
+            delay.map(Timing::Delay),
+            range.map(Timing::Range),
+        ];
+        let mut it = given.into_iter().flatten();
+        let first = it.next().unwrap_or(Timing::None);
+        if it.next().is_some() {
+            return Err("give at most one of priority, at, delay and range".into());
+        }
+        Ok(first)
+    }
+
+    fn apply(self, m: Message) -> Message {
+        match self {
+            Timing::None => m,
+            Timing::Priority(p) => m.priority(p),
+            Timing::At(ms) => m.at_ms(ms),
+            Timing::Delay(ms) => m.delay(Duration::from_millis(ms)),
+            Timing::Range(ms) => m.range(Duration::from_millis(ms)),
+        }
+    }
+}
+
+/// A message and where it came from.
+struct Item {
+    line: usize,
+    message: Message,
+}
+
+/// What one send did, in JSON.
+#[derive(Serialize)]
+struct SentJson {
+    key: String,
+    slot: u32,
+    merged: bool,
+    behind_in_flight: bool,
+}
+
+#[derive(Serialize)]
+struct Summary {
+    sent: usize,
+    new: usize,
+    merged: usize,
+    refused: usize,
+}
+
+pub async fn run(g: &Global, a: SendArgs) -> CliResult {
+    let out = Out { json: g.json };
+    let timing = Timing::from_opts(a.priority, a.at, a.delay, a.range).map_err(CliError::usage)?;
+    // Open the topic first: a wrong name or an unreachable Redis is
+    // reported before waiting for stdin.
+    let (_client, topic) = connect::topic(g, &a.topic).await?;
+    if a.batch {
+        let input = read_stdin(false)?;
+        let items = parse_lines(&input, &a, timing, topic.spec())?;
+        return send_batch(out, &topic, &items).await;
+    }
+    let payload = match a.payload {
+        Some(p) => p.into_bytes(),
+        None => read_stdin(true)?,
+    };
+    let mut m = Message::new(payload);
+    if let Some(k) = a.key {
+        m = m.key(k);
+    }
+    if let Some(b) = a.slot_basis {
+        m = m.slot_basis(b);
+    }
+    let m = timing.apply(m);
+    let key = output::lossy(m.merge_key());
+    let sent = topic.send(m).await?;
+    out.either(
+        &SentJson {
+            key,
+            slot: sent.slot,
+            merged: sent.merged,
+            behind_in_flight: sent.behind_in_flight,
+        },
+        || describe(&sent),
+    )
+}
+
+fn describe(s: &Sent) -> String {
+    match (s.merged, s.behind_in_flight) {
+        (false, false) => format!("sent new to slot {}", s.slot),
+        (true, false) => format!("merged into a waiting message (slot {})", s.slot),
+        (false, true) => format!(
+            "sent new to slot {}; it waits for the in-flight delivery of its key to end",
+            s.slot
+        ),
+        (true, true) => format!(
+            "merged into a message waiting for the in-flight delivery of its key (slot {})",
+            s.slot
+        ),
+    }
+}
+
+fn read_stdin(payload: bool) -> CliResult<Vec<u8>> {
+    let mut stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        output::note(if payload {
+            "reading the payload from stdin; end it with Ctrl-D"
+        } else {
+            "reading JSON lines from stdin; end them with Ctrl-D"
+        });
+    }
+    let mut buf = Vec::new();
+    stdin
+        .read_to_end(&mut buf)
+        .map_err(|e| CliError::runtime(format!("cannot read stdin: {e}")))?;
+    Ok(buf)
+}
+
+/// Parses and checks every line; the first bad one is the error.
+fn parse_lines(
+    input: &[u8],
+    a: &SendArgs,
+    timing: Timing,
+    spec: &TopicSpec,
+) -> CliResult<Vec<Item>> {
+    let mut items = Vec::new();
+    for (i, raw) in input.split(|&b| b == b'\n').enumerate() {
+        let n = i + 1;
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let bad = |m: String| CliError::usage(format!("line {n}: {m}; nothing was sent"));
+        let l: Line = serde_json::from_slice(raw).map_err(|e| bad(json_error(&e)))?;
+        let t = match Timing::from_opts(l.priority, l.at, l.delay, l.range).map_err(&bad)? {
+            Timing::None => timing,
+            t => t,
+        };
+        let key = l.key.or_else(|| a.key.clone());
+        let basis = l.slot_basis.or_else(|| a.slot_basis.clone());
+        let payload = l.payload.into_bytes();
+        check(spec, key.as_deref().map(str::as_bytes), &payload, t).map_err(&bad)?;
+        let mut m = Message::new(payload);
+        if let Some(k) = key {
+            m = m.key(k);
+        }
+        if let Some(b) = basis {
+            m = m.slot_basis(b);
+        }
+        items.push(Item {
+            line: n,
+            message: t.apply(m),
+        });
+    }
+    Ok(items)
+}
+
+/// serde's message without its "at line 1 column N" (every input line is
+/// parsed alone, so its line would always be 1).
+fn json_error(e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    let msg = match msg.rfind(" at line ") {
+        Some(i) => &msg[..i],
+        None => &msg,
+    };
+    format!("not a valid message (column {}): {msg}", e.column())
+}
+
+/// The checks `Topic::send_batch` makes before writing (`Message` keeps
+/// them private), so that a bad line is found before any chunk is sent.
+fn check(spec: &TopicSpec, key: Option<&[u8]>, payload: &[u8], t: Timing) -> Result<(), String> {
+    let merge_key = key.unwrap_or(payload);
+    if merge_key.is_empty() {
+        return Err(
+            "a message needs a non-empty key (or, without one, a non-empty payload)".into(),
+        );
+    }
+    if payload.len() as u64 > spec.max_payload_bytes
+        || merge_key.len() as u64 > spec.max_payload_bytes
+    {
+        return Err(format!(
+            "the payload or key is larger than topic {:?} allows ({} bytes)",
+            spec.name, spec.max_payload_bytes
+        ));
+    }
+    match (spec.kind, t) {
+        (TopicKind::Priority, Timing::None) => Ok(()),
+        (TopicKind::Priority, Timing::Priority(p)) if p <= MAX_PRIORITY => Ok(()),
+        (TopicKind::Priority, Timing::Priority(p)) => Err(format!(
+            "priority {p} is out of range: use 0..={MAX_PRIORITY}"
+        )),
+        (TopicKind::FixedTime, Timing::At(ms)) if ms >= 0 => Ok(()),
+        (TopicKind::FixedTime, Timing::At(ms)) => Err(format!("due time {ms} is negative")),
+        (TopicKind::FixedTime, Timing::Delay(ms)) if ms <= MAX_SPAN_MS => Ok(()),
+        (TopicKind::FixedTime, Timing::Delay(_)) => {
+            Err("the delay is longer than 100 years".into())
+        }
+        (TopicKind::FixedTime, Timing::None) => {
+            Err("a fixed-time message needs \"at\" or \"delay\"".into())
+        }
+        (TopicKind::RangeMerge, Timing::Range(ms)) if (1..=MAX_SPAN_MS).contains(&ms) => Ok(()),
+        (TopicKind::RangeMerge, Timing::Range(_)) => {
+            Err("the range must be at least 1 ms and at most 100 years".into())
+        }
+        (TopicKind::RangeMerge, Timing::None) => {
+            Err("a range-merge message needs \"range\" (ms > 0)".into())
+        }
+        (kind, t) => Err(format!(
+            "{} does not apply to {kind} topic {:?}: give {}",
+            match t {
+                Timing::None => "no timing",
+                Timing::Priority(_) => "\"priority\"",
+                Timing::At(_) => "\"at\"",
+                Timing::Delay(_) => "\"delay\"",
+                Timing::Range(_) => "\"range\"",
+            },
+            spec.name,
+            match kind {
+                TopicKind::Priority => "\"priority\" (or nothing)",
+                TopicKind::FixedTime => "\"at\" or \"delay\"",
+                TopicKind::RangeMerge => "\"range\"",
+            }
+        )),
+    }
+}
+
+async fn send_batch(out: Out, topic: &rmq::Topic, items: &[Item]) -> CliResult {
+    let bar = progress(items.len() as u64);
+    let mut sum = Summary {
+        sent: 0,
+        new: 0,
+        merged: 0,
+        refused: 0,
+    };
+    for chunk in items.chunks(CHUNK) {
+        let messages: Vec<Message> = chunk.iter().map(|i| i.message.clone()).collect();
+        let report = match topic.send_batch(&messages).await {
+            Ok(r) => r,
+            Err(e) => {
+                bar.abandon();
+                let done = sum.sent + sum.refused;
+                let first = chunk.first().map_or(0, |i| i.line);
+                return Err(CliError {
+                    message: Some(format!(
+                        "{e} (at line {first}; {done} of {} messages were sent before)",
+                        items.len()
+                    )),
+                    ..CliError::from(e)
+                });
+            }
+        };
+        for (item, r) in chunk.iter().zip(&report.results) {
+            match r {
+                Ok(s) if s.merged => sum.merged += 1,
+                Ok(_) => sum.new += 1,
+                Err(e) => {
+                    sum.refused += 1;
+                    bar.suspend(|| output::error_line(&format!("line {}: {e}", item.line)));
+                }
+            }
+        }
+        sum.sent = sum.new + sum.merged;
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_and_clear();
+    out.either(&sum, || {
+        format!(
+            "sent {}: {} new, {} merged into waiting messages, {} refused",
+            sum.sent, sum.new, sum.merged, sum.refused
+        )
+    })?;
+    if sum.refused > 0 {
+        // Each refusal already has its error line.
+        return Err(CliError {
+            code: 2,
+            message: None,
+        });
+    }
+    Ok(())
+}
+
+/// A progress bar on stderr when it is a terminal, else a hidden one.
+fn progress(len: u64) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(len),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{bar:40} {pos}/{len} messages ({per_sec}, {eta} left)",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
