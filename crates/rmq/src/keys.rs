@@ -5,19 +5,20 @@
 //! client's prefix and a colon, so an ACL key pattern `<prefix>:*` covers them.
 //! The one key outside any slot is the prefix's topic index.
 
-/// The eight keys of one slot, in the order every slot script expects them
+/// The nine keys of one slot, in the order every slot script expects them
 /// (see `scripts/lua/common.lua`).
-pub(crate) fn slot_keys(prefix: &str, topic: &str, slot: u32) -> [String; 8] {
+pub(crate) fn slot_keys(prefix: &str, topic: &str, slot: u32) -> [String; 9] {
     let tag = format!("{prefix}:{{{topic}:{slot}}}");
     [
         format!("{tag}:q"), // ZSET pending
-        format!("{tag}:d"), // HASH records
+        format!("{tag}:d"), // HASH payloads
         format!("{tag}:f"), // ZSET in flight (lease deadlines)
         format!("{tag}:n"), // HASH duplicates waiting behind in-flight deliveries
         format!("{tag}:m"), // HASH counters
         format!("{tag}:r"), // ZSET priority retries waiting out their backoff
         format!("{tag}:x"), // ZSET dead letters by time of death
         format!("{tag}:X"), // HASH dead-letter records
+        format!("{tag}:a"), // HASH attempts, score and token of delivered messages
     ]
 }
 

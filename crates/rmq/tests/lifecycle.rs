@@ -198,3 +198,25 @@ async fn release_gives_back_without_counting_an_attempt() {
     assert_eq!(d.attempt, 1);
     d.ack().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_priority_retry_wakes_the_consumer_when_its_backoff_ends() {
+    let (_s, _c, topic) = setup_with(spec(TopicKind::Priority)).await;
+    topic.send(Message::new("m")).await.unwrap();
+    // Default rescan (5 s): only the retry notice can wake it sooner.
+    let stop = rmq::CancellationToken::new();
+    let mut s = topic.consumer().concurrency(1).stream(stop.clone());
+    let d = next(&mut s, 5).await.unwrap();
+    d.nack(Some(Duration::from_millis(100)), "again")
+        .await
+        .unwrap();
+    let t = std::time::Instant::now();
+    let d = next(&mut s, 5).await.unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "woke after {:?}",
+        t.elapsed()
+    );
+    assert_eq!(d.attempt, 2);
+    d.ack().await.unwrap();
+}

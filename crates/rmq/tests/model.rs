@@ -17,12 +17,19 @@ const MAX_ATTEMPTS: u32 = 3;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Send { key: u8, prio: u32 },
-    Take { n: usize },
+    Send {
+        key: u8,
+        prio: u32,
+    },
+    Take {
+        n: usize,
+    },
     Ack(usize),
     Nack(usize),
     Dead(usize),
     Release(usize),
+    /// Acks everything in hand at once (one batched settle call).
+    AckAll,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -33,6 +40,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<usize>().prop_map(Op::Nack),
         1 => any::<usize>().prop_map(Op::Dead),
         1 => any::<usize>().prop_map(Op::Release),
+        1 => Just(Op::AckAll),
     ]
 }
 

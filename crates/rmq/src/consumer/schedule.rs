@@ -123,6 +123,13 @@ impl Schedule {
         }
     }
 
+    /// Records that something in the slot becomes ready at server time `ms`.
+    pub(crate) fn wake_at(&mut self, slot: u32, ms: i64) {
+        if let Some(h) = self.slots.get_mut(slot as usize) {
+            h.next = Some(h.next.map_or(ms, |n| n.min(ms)));
+        }
+    }
+
     /// Up to `limit` slots with work now, best first: highest known
     /// priority, or earliest due time.
     pub(crate) fn ready(&self, limit: usize) -> Vec<u32> {

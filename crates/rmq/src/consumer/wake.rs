@@ -45,10 +45,12 @@ pub(crate) async fn listen(topic: Topic, shared: Arc<Shared>, cancel: Cancellati
                 m = messages.next() => match m {
                     Some(m) => {
                         let payload: &[u8] = m.get_payload_bytes();
-                        if let Some((slot, score)) = parse(payload) {
-                            shared.lock().notify(slot, score);
-                            shared.notify.notify_one();
+                        match parse(payload) {
+                            Some(Notice::Head { slot, score }) => shared.lock().notify(slot, score),
+                            Some(Notice::RetryAt { slot, ms }) => shared.lock().wake_at(slot, ms),
+                            None => continue,
                         }
+                        shared.notify.notify_one();
                     }
                     None => break,
                 },
@@ -58,20 +60,41 @@ pub(crate) async fn listen(topic: Topic, shared: Arc<Shared>, cancel: Cancellati
     }
 }
 
-fn parse(p: &[u8]) -> Option<(u32, i64)> {
+#[derive(Debug, PartialEq, Eq)]
+enum Notice {
+    /// `<slot>,<score>`: the slot's first pending message has this score.
+    Head { slot: u32, score: i64 },
+    /// `<slot>,<ms>,t`: a retry in the slot is due at this server time.
+    RetryAt { slot: u32, ms: i64 },
+}
+
+fn parse(p: &[u8]) -> Option<Notice> {
     let s = std::str::from_utf8(p).ok()?;
-    let (slot, score) = s.split_once(',')?;
-    Some((slot.parse().ok()?, score.parse().ok()?))
+    let mut parts = s.split(',');
+    let slot = parts.next()?.parse().ok()?;
+    let n = parts.next()?.parse().ok()?;
+    match parts.next() {
+        None => Some(Notice::Head { slot, score: n }),
+        Some("t") => Some(Notice::RetryAt { slot, ms: n }),
+        Some(_) => None,
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::{parse, Notice};
+
     #[test]
     fn notices_parse() {
         assert_eq!(
-            super::parse(b"3,1700000000000"),
-            Some((3, 1_700_000_000_000))
+            parse(b"3,1700000000000"),
+            Some(Notice::Head {
+                slot: 3,
+                score: 1_700_000_000_000
+            })
         );
-        assert_eq!(super::parse(b"x"), None);
+        assert_eq!(parse(b"3,17,t"), Some(Notice::RetryAt { slot: 3, ms: 17 }));
+        assert_eq!(parse(b"3,17,x"), None);
+        assert_eq!(parse(b"x"), None);
     }
 }

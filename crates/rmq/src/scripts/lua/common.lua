@@ -2,19 +2,22 @@
 -- script body at build time (after the `#!lua` line), so the helpers are
 -- local to each script and nothing is global.
 --
--- Every slot script receives the same eight keys, all under one hash tag:
+-- Every slot script receives the same nine keys, all under one hash tag:
 --   KEYS[1] q  ZSET  pending messages: member = merge key, score = order
---   KEYS[2] d  HASH  merge key -> record of a pending, retry-waiting or in-flight message
+--   KEYS[2] d  HASH  merge key -> payload of a pending, retry-waiting or in-flight message
 --   KEYS[3] f  ZSET  in flight: member = merge key, score = lease deadline (ms)
 --   KEYS[4] n  HASH  merge key -> record of a duplicate that arrived while in flight
 --   KEYS[5] m  HASH  slot counters: sent merged delivered acked retried dead dropped seq tok
 --   KEYS[6] r  ZSET  priority retries waiting out their backoff: score = retry time (ms)
 --   KEYS[7] x  ZSET  dead letters: member = merge key, score = time of death (ms)
 --   KEYS[8] X  HASH  merge key -> dead-letter record
---
--- A record is "<attempts>,<score>,<token>|<payload>" where score is the
--- message's place in q (priority*2^32 + FIFO part, or due time in ms) and
--- token identifies the current delivery ("0" when not in flight).
+--   KEYS[9] a  HASH  merge key -> "<attempts>,<score>,<token>" of a message delivered
+--                    at least once; score is its place in q (priority*2^32 + FIFO
+--                    part, or due time in ms), token identifies the current
+--                    delivery ("0" when not in flight). A never-delivered message
+--                    has no entry here, so a pending message costs one zset member
+--                    and one hash field holding just its payload.
+-- A parked duplicate (n) is "<score>|<payload>".
 -- A dead-letter record is "<attempts>,<score>,<dead_ms>,<deaths>,<errlen>|<error><payload>".
 --
 -- Scripts check every precondition (key types, arguments) before their
@@ -24,7 +27,7 @@ local TWO32 = 4294967296
 
 local K = {
   q = KEYS[1], d = KEYS[2], f = KEYS[3], n = KEYS[4],
-  m = KEYS[5], r = KEYS[6], x = KEYS[7], X = KEYS[8],
+  m = KEYS[5], r = KEYS[6], x = KEYS[7], X = KEYS[8], a = KEYS[9],
 }
 
 local function fmt(n)
@@ -39,6 +42,7 @@ end
 local EXPECTED_TYPES = {
   { KEYS[1], 'zset' }, { KEYS[2], 'hash' }, { KEYS[3], 'zset' }, { KEYS[4], 'hash' },
   { KEYS[5], 'hash' }, { KEYS[6], 'zset' }, { KEYS[7], 'zset' }, { KEYS[8], 'hash' },
+  { KEYS[9], 'hash' },
 }
 
 -- Refuses to run (before any write) when a queue key holds a foreign type.
@@ -52,14 +56,34 @@ local function check_types()
   return nil
 end
 
-local function rec_make(attempts, score, token, payload)
-  return attempts .. ',' .. fmt(score) .. ',' .. token .. '|' .. payload
+local function meta_make(attempts, score, token)
+  return attempts .. ',' .. fmt(score) .. ',' .. token
 end
 
--- Returns attempts, score, token, payload.
-local function rec_parse(v)
-  local a, s, t, p = string.match(v, '^(%d+),(%-?%d+),(%d+)|()')
-  return tonumber(a), tonumber(s), t, string.sub(v, p)
+-- Returns attempts, score, token.
+local function meta_parse(v)
+  local a, s, t = string.match(v, '^(%d+),(%-?%d+),(%d+)$')
+  return tonumber(a), tonumber(s), t
+end
+
+local function parked_make(score, payload)
+  return fmt(score) .. '|' .. payload
+end
+
+-- Returns score, payload.
+local function parked_parse(v)
+  local s, p = string.match(v, '^(%-?%d+)|()')
+  return tonumber(s), string.sub(v, p)
+end
+
+-- Calls a variadic command in chunks (Lua's unpack has a stack limit).
+local function bulk(cmd, key, args, step)
+  local n = #args
+  local per = 4000 - (4000 % step)
+  for i = 1, n, per do
+    local j = math.min(i + per - 1, n)
+    redis.call(cmd, key, unpack(args, i, j))
+  end
 end
 
 local function dead_make(attempts, score, dead_ms, deaths, err, payload)
@@ -102,7 +126,7 @@ end
 
 local function flush_counters(c)
   for name, v in pairs(c) do
-    if v ~= 0 then
+    if v ~= 0 and name ~= 'retry_at' then
       redis.call('HINCRBY', K.m, name, v)
     end
   end
@@ -120,9 +144,10 @@ end
 -- Moves a duplicate that waited behind an in-flight delivery into the
 -- pending set. The caller has already removed the in-flight entry.
 local function release_parked(key, parked)
-  local _, s = rec_parse(parked)
+  local s, p = parked_parse(parked)
   redis.call('HDEL', K.n, key)
-  redis.call('HSET', K.d, key, parked)
+  redis.call('HDEL', K.a, key)
+  redis.call('HSET', K.d, key, p)
   redis.call('ZADD', K.q, fmt(s), key)
 end
 
@@ -138,6 +163,7 @@ local function to_dead(key, a, s, payload, err, now, dead_max, c)
   redis.call('HSET', K.X, key, dead_make(a, s, now, deaths, err, payload))
   redis.call('ZADD', K.x, fmt(now), key)
   redis.call('HDEL', K.d, key)
+  redis.call('HDEL', K.a, key)
   c.dead = c.dead + 1
   if dead_max > 0 then
     local over = redis.call('ZCARD', K.x) - dead_max
@@ -165,16 +191,19 @@ end
 -- A duplicate parked behind it supersedes it (the newer payload wins).
 -- Returns 'dead', 'superseded' or 'retry'.
 local function fail(kind, key, err, delay, now, cfg, c, jitter)
-  local rec = redis.call('HGET', K.d, key)
+  local meta = redis.call('HGET', K.a, key)
+  local p = redis.call('HGET', K.d, key)
   redis.call('ZREM', K.f, key)
   local parked = redis.call('HGET', K.n, key)
-  if not rec then
+  if not meta or not p then
+    redis.call('HDEL', K.a, key)
+    redis.call('HDEL', K.d, key)
     if parked then
       release_parked(key, parked)
     end
     return 'superseded'
   end
-  local a, s, _, p = rec_parse(rec)
+  local a, s = meta_parse(meta)
   if a >= cfg.max_attempts then
     to_dead(key, a, s, p, err, now, cfg.dead_max, c)
     if parked then
@@ -193,24 +222,29 @@ local function fail(kind, key, err, delay, now, cfg, c, jitter)
     delay = backoff(a, cfg.backoff_ms, cfg.backoff_max_ms, jitter)
   end
   if kind == 'p' then
-    redis.call('HSET', K.d, key, rec_make(a, s, '0', p))
+    redis.call('HSET', K.a, key, meta_make(a, s, '0'))
     if delay > 0 then
       redis.call('ZADD', K.r, fmt(now + delay), key)
+      c.retry_at = math.min(c.retry_at or (now + delay), now + delay)
     else
       redis.call('ZADD', K.q, fmt(s), key)
     end
   else
     local ns = now + delay
-    redis.call('HSET', K.d, key, rec_make(a, ns, '0', p))
+    redis.call('HSET', K.a, key, meta_make(a, ns, '0'))
     redis.call('ZADD', K.q, fmt(ns), key)
   end
   return 'retry'
 end
 
--- Publishes "<slot>,<score>" when the head of the pending set changed.
-local function announce(kind, channel, slot, before_member, before_score)
+-- Publishes "<slot>,<score>" when the head of the pending set changed, and
+-- "<slot>,<ms>,t" when a priority retry was scheduled (wake up then).
+local function announce(kind, channel, slot, before_member, before_score, c)
   local m, s = head(kind)
   if m and (m ~= before_member or s ~= before_score) then
     redis.call('PUBLISH', channel, slot .. ',' .. fmt(s))
+  end
+  if c and c.retry_at then
+    redis.call('PUBLISH', channel, slot .. ',' .. fmt(c.retry_at) .. ',t')
   end
 end

@@ -1,6 +1,6 @@
 -- dead_requeue.lua: gives dead letters of one slot a fresh start.
 --
--- KEYS: the eight slot keys (see common.lua).
+-- KEYS: the nine slot keys (see common.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')   ARGV[2] wake-up channel   ARGV[3] slot number
 -- ARGV[4] '1' for all dead letters (up to the limit), '0' for the one merge key in ARGV[6]
 -- ARGV[5] limit
@@ -45,13 +45,14 @@ for _, key in ipairs(keys) do
       if redis.call('HEXISTS', K.n, key) == 1 then
         merged = merged + 1
       else
-        redis.call('HSET', K.n, key, rec_make(0, s, '0', p))
+        redis.call('HSET', K.n, key, parked_make(s, p))
         requeued = requeued + 1
       end
     elseif redis.call('HEXISTS', K.d, key) == 1 then
       merged = merged + 1
     else
-      redis.call('HSET', K.d, key, rec_make(0, s, '0', p))
+      redis.call('HSET', K.d, key, p)
+      redis.call('HDEL', K.a, key)
       redis.call('ZADD', K.q, fmt(s), key)
       requeued = requeued + 1
     end

@@ -1,7 +1,7 @@
 -- peek.lua: the next pending messages of one slot in consumption order,
 -- without taking them (reads only).
 --
--- KEYS: the eight slot keys (see common.lua).
+-- KEYS: the nine slot keys (see common.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')   ARGV[2] limit
 -- Returns: { now, then per message: key, payload, attempts, score }
 
@@ -12,20 +12,31 @@ local res = { now }
 if limit <= 0 then
   return res
 end
-local members
+local r
 if kind == 'p' then
-  members = redis.call('ZRANGE', K.q, 0, limit - 1, 'REV')
+  r = redis.call('ZRANGE', K.q, 0, limit - 1, 'REV', 'WITHSCORES')
 else
-  members = redis.call('ZRANGE', K.q, 0, limit - 1)
+  r = redis.call('ZRANGE', K.q, 0, limit - 1, 'WITHSCORES')
 end
-for _, key in ipairs(members) do
-  local rec = redis.call('HGET', K.d, key)
-  if rec then
-    local a, s, _, p = rec_parse(rec)
+if #r == 0 then
+  return res
+end
+local keys = {}
+for i = 1, #r, 2 do
+  keys[#keys + 1] = r[i]
+end
+local payloads = redis.call('HMGET', K.d, unpack(keys))
+local metas = redis.call('HMGET', K.a, unpack(keys))
+for i, key in ipairs(keys) do
+  if payloads[i] then
+    local a = 0
+    if metas[i] then
+      a = meta_parse(metas[i])
+    end
     res[#res + 1] = key
-    res[#res + 1] = p
+    res[#res + 1] = payloads[i]
     res[#res + 1] = a
-    res[#res + 1] = fmt(s)
+    res[#res + 1] = r[2 * i]
   end
 end
 return res

@@ -1,6 +1,6 @@
 -- pop.lua: takes due messages of one slot into flight (phase one of two).
 --
--- KEYS: the eight slot keys (see common.lua).
+-- KEYS: the nine slot keys (see common.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')
 -- ARGV[2] how many messages to take at most (0 only reclaims and reports)
 -- ARGV[3] lease ms
@@ -44,63 +44,79 @@ end
 -- 2. Priority retries whose backoff is over go back with their old score.
 if kind == 'p' then
   local ready = redis.call('ZRANGEBYSCORE', K.r, '-inf', now, 'LIMIT', 0, 1000)
-  for _, key in ipairs(ready) do
-    local rec = redis.call('HGET', K.d, key)
-    redis.call('ZREM', K.r, key)
-    if rec then
-      local _, s = rec_parse(rec)
-      redis.call('ZADD', K.q, fmt(s), key)
+  if #ready > 0 then
+    local metas = redis.call('HMGET', K.a, unpack(ready))
+    local zargs = {}
+    for i, key in ipairs(ready) do
+      if metas[i] then
+        local _, s = meta_parse(metas[i])
+        zargs[#zargs + 1] = fmt(s)
+        zargs[#zargs + 1] = key
+      end
+    end
+    redis.call('ZREM', K.r, unpack(ready))
+    if #zargs > 0 then
+      redis.call('ZADD', K.q, unpack(zargs))
     end
   end
 end
 
 -- 3. Take up to count due messages.
-local taken
+local keys, scores = {}, {}
 if count > 0 then
+  local taken
   if kind == 'p' then
     taken = redis.call('ZPOPMAX', K.q, count)
   else
     taken = redis.call('ZRANGEBYSCORE', K.q, '-inf', now, 'WITHSCORES', 'LIMIT', 0, count)
-    if #taken > 0 then
-      local members = {}
-      for i = 1, #taken, 2 do
-        members[#members + 1] = taken[i]
-      end
-      redis.call('ZREM', K.q, unpack(members))
-    end
   end
-else
-  taken = {}
+  for i = 1, #taken, 2 do
+    keys[#keys + 1] = taken[i]
+    scores[#scores + 1] = taken[i + 1]
+  end
+  if kind ~= 'p' and #keys > 0 then
+    redis.call('ZREM', K.q, unpack(keys))
+  end
 end
 
 local out = {}
-local got = #taken / 2
+local got = #keys
 if got > 0 then
+  local payloads = redis.call('HMGET', K.d, unpack(keys))
+  local metas = redis.call('HMGET', K.a, unpack(keys))
   local tok = redis.call('HINCRBY', K.m, 'tok', got) - got
   local deadline = fmt(now + lease)
-  for i = 1, #taken, 2 do
-    local key = taken[i]
-    local rec = redis.call('HGET', K.d, key)
-    if rec then
+  local fargs, aargs = {}, {}
+  for i, key in ipairs(keys) do
+    local p = payloads[i]
+    if p then
       tok = tok + 1
-      local a, s, _, p = rec_parse(rec)
-      a = a + 1
+      local a = 1
+      if metas[i] then
+        a = meta_parse(metas[i]) + 1
+      end
       local token = fmt(tok)
-      redis.call('HSET', K.d, key, rec_make(a, s, token, p))
-      redis.call('ZADD', K.f, deadline, key)
+      fargs[#fargs + 1] = deadline
+      fargs[#fargs + 1] = key
+      aargs[#aargs + 1] = key
+      aargs[#aargs + 1] = meta_make(a, tonumber(scores[i]), token)
       out[#out + 1] = key
       out[#out + 1] = p
       out[#out + 1] = a
-      out[#out + 1] = fmt(s)
+      out[#out + 1] = scores[i]
       out[#out + 1] = token
       c.delivered = c.delivered + 1
     end
+  end
+  if #fargs > 0 then
+    redis.call('ZADD', K.f, unpack(fargs))
+    redis.call('HSET', K.a, unpack(aargs))
   end
 end
 
 flush_counters(c)
 if #expired > 0 then
-  announce(kind, channel, slot, hm, hs)
+  announce(kind, channel, slot, hm, hs, c)
 end
 
 local _, qs = head(kind)

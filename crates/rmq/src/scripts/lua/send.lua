@@ -1,6 +1,6 @@
 -- send.lua: adds messages to one slot, merging duplicates by merge key.
 --
--- KEYS: the eight slot keys (see common.lua).
+-- KEYS: the nine slot keys (see common.lua).
 -- ARGV[1] kind: 'p' priority | 'f' fixed-time | 'r' range-merge
 -- ARGV[2] max payload bytes
 -- ARGV[3] past tolerance ms (fixed-time: a due time older than now - tolerance is refused)
@@ -91,43 +91,118 @@ end
 
 local hm, hs = head(kind)
 local c = counters()
+
+-- Where each distinct key is now: in flight, pending (q) or waiting for a
+-- retry (r). Read with one call per set, then updated locally as the batch
+-- merges into itself.
+local ukeys, state = {}, {}
+for i = 1, n do
+  if codes[i] == 0 then
+    local key = ARGV[5 + 3 * i - 2]
+    if not state[key] then
+      state[key] = {}
+      ukeys[#ukeys + 1] = key
+    end
+  end
+end
+if #ukeys > 0 then
+  local inf = redis.call('ZMSCORE', K.f, unpack(ukeys))
+  local qs = redis.call('ZMSCORE', K.q, unpack(ukeys))
+  local rs = {}
+  if kind == 'p' then
+    rs = redis.call('ZMSCORE', K.r, unpack(ukeys))
+  end
+  for j, key in ipairs(ukeys) do
+    local st = state[key]
+    if inf[j] then
+      st.where = 'f'
+    elseif qs[j] then
+      st.where = 'q'
+      st.score = tonumber(qs[j])
+    elseif rs[j] then
+      st.where = 'r'
+    end
+  end
+end
+
+local zadd, dset, nset = {}, {}, {}
+local zpos, dpos, npos = {}, {}, {}
+local function put(list, pos, key, value)
+  local at = pos[key]
+  if at then
+    list[at + 1] = value
+  else
+    list[#list + 1] = key
+    pos[key] = #list
+    list[#list + 1] = value
+  end
+end
+
 for i = 1, n do
   if codes[i] == 0 then
     local key = ARGV[5 + 3 * i - 2]
     local payload = ARGV[5 + 3 * i]
     local v = specs[i]
+    local st = state[key]
     c.sent = c.sent + 1
-    if redis.call('ZSCORE', K.f, key) then
-      local parked = redis.call('HGET', K.n, key)
-      if parked then
-        local _, s = rec_parse(parked)
-        redis.call('HSET', K.n, key, rec_make(0, merged_score(s, v), '0', payload))
+    if st.where == 'f' then
+      if st.parked == nil then
+        local parked = redis.call('HGET', K.n, key)
+        st.parked = parked and parked_parse(parked) or false
+      end
+      if st.parked then
+        st.parked = merged_score(st.parked, v)
         codes[i] = 4
         c.merged = c.merged + 1
       else
-        redis.call('HSET', K.n, key, rec_make(0, new_score(v), '0', payload))
+        st.parked = new_score(v)
         codes[i] = 3
       end
-    else
-      local old = redis.call('HGET', K.d, key)
-      if old then
-        -- pending (in q) or waiting for a retry (in r): merge
-        local a, s = rec_parse(old)
-        local ns = merged_score(s, v)
-        redis.call('HSET', K.d, key, rec_make(a, ns, '0', payload))
-        if ns ~= s and redis.call('ZSCORE', K.q, key) then
-          redis.call('ZADD', K.q, fmt(ns), key)
-        end
-        codes[i] = 2
-        c.merged = c.merged + 1
-      else
-        local s = new_score(v)
-        redis.call('ZADD', K.q, fmt(s), key)
-        redis.call('HSET', K.d, key, rec_make(0, s, '0', payload))
-        codes[i] = 1
+      put(nset, npos, key, parked_make(st.parked, payload))
+    elseif st.where == 'q' then
+      local ns = merged_score(st.score, v)
+      if ns ~= st.score then
+        st.score = ns
+        put(zadd, zpos, key, fmt(ns))
       end
+      put(dset, dpos, key, payload)
+      codes[i] = 2
+      c.merged = c.merged + 1
+    elseif st.where == 'r' then
+      -- a priority retry waiting out its backoff: its place lives in a
+      local meta = redis.call('HGET', K.a, key)
+      if meta then
+        local a, s = meta_parse(meta)
+        redis.call('HSET', K.a, key, meta_make(a, merged_score(s, v), '0'))
+      end
+      put(dset, dpos, key, payload)
+      codes[i] = 2
+      c.merged = c.merged + 1
+    else
+      local sc = new_score(v)
+      st.where = 'q'
+      st.score = sc
+      put(zadd, zpos, key, fmt(sc))
+      put(dset, dpos, key, payload)
+      codes[i] = 1
     end
   end
+end
+
+-- ZADD takes score before member.
+local zargs = {}
+for j = 1, #zadd, 2 do
+  zargs[#zargs + 1] = zadd[j + 1]
+  zargs[#zargs + 1] = zadd[j]
+end
+if #zargs > 0 then
+  bulk('ZADD', K.q, zargs, 2)
+end
+if #dset > 0 then
+  bulk('HSET', K.d, dset, 2)
+end
+if #nset > 0 then
+  bulk('HSET', K.n, nset, 2)
 end
 
 if kind == 'p' and c.sent > 0 then
