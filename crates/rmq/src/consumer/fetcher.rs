@@ -21,9 +21,12 @@ use crate::value::{as_int, bytes_at, int_at, items};
 
 pub(crate) struct FetchConfig {
     pub(crate) batch: usize,
+    pub(crate) concurrency: usize,
     pub(crate) rescan: Duration,
 }
 
+/// How long a busy consumer waits to fill half a batch.
+const GATHER: Duration = Duration::from_millis(1);
 /// Slots popped per round at most (time-based topics).
 const FANOUT: usize = 8;
 /// Slots looked at per pipeline in a survey.
@@ -80,6 +83,19 @@ pub(crate) async fn fetch_loop(
             match permits.clone().try_acquire_owned() {
                 Ok(p) => held.push(p),
                 Err(_) => break,
+            }
+        }
+        // Under load (other deliveries still running), wait up to a
+        // millisecond for half a batch: fewer, fuller round trips.
+        let target = (cfg.batch / 2).max(1);
+        if held.len() < target && permits.available_permits() + held.len() < cfg.concurrency {
+            let deadline = tokio::time::Instant::now() + GATHER;
+            while held.len() < target {
+                tokio::select! {
+                    p = permits.clone().acquire_owned() => match p { Ok(p) => held.push(p), Err(_) => return },
+                    _ = tokio::time::sleep_until(deadline) => break,
+                    _ = cancel.cancelled() => return,
+                }
             }
         }
         // Wait for a slot with work.

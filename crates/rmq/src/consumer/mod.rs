@@ -205,6 +205,7 @@ impl ConsumerBuilder {
             tx,
             fetcher::FetchConfig {
                 batch: self.batch.min(self.concurrency),
+                concurrency: self.concurrency,
                 rescan: self.rescan,
             },
             stop.clone(),

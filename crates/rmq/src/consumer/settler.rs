@@ -15,6 +15,10 @@ use crate::value::{int_at, items};
 
 /// Settles drained per pipeline at most.
 const MAX_DRAIN: usize = 4_096;
+/// Scheduler turns to wait for more settles when the batch is small.
+const GATHER_TURNS: usize = 3;
+/// A batch this big is sent at once.
+const FULL_ENOUGH: usize = 64;
 /// Operations per script call at most.
 const PER_CALL: usize = 500;
 
@@ -109,11 +113,19 @@ impl Settler {
 async fn run(topic: Topic, mut rx: mpsc::UnboundedReceiver<Request>) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
-        while batch.len() < MAX_DRAIN {
-            match rx.try_recv() {
-                Ok(r) => batch.push(r),
-                Err(_) => break,
+        // Drain what is queued; while the batch is small, let the tasks that
+        // are about to settle run first (no timer: a few scheduler turns).
+        for turn in 0..=GATHER_TURNS {
+            while batch.len() < MAX_DRAIN {
+                match rx.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(_) => break,
+                }
             }
+            if turn == GATHER_TURNS || batch.len() >= FULL_ENOUGH {
+                break;
+            }
+            tokio::task::yield_now().await;
         }
         flush(&topic, batch).await;
     }
