@@ -28,6 +28,9 @@ pub enum ErrorKind {
     /// The delivery is no longer the current one for its key (its lease
     /// expired and it was rolled back or taken again): nothing was changed.
     StaleDelivery,
+    /// Serial mode: the slot's lease moved to another consumer (or expired);
+    /// this consumer may no longer take or settle its messages. Nothing was changed.
+    Fenced,
     /// A queue key holds a value of a foreign type; nothing was written.
     WrongType,
     /// The server is too old or lacks a needed feature.
@@ -121,9 +124,13 @@ fn redis_error_is_transient(e: &redis::RedisError) -> bool {
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
         let detail = e.detail().unwrap_or_default().to_string();
-        let (kind, message) = if e.code() == Some("RMQ_WRONGTYPE")
-            || detail.starts_with("RMQ_WRONGTYPE")
+        let (kind, message) = if e.code() == Some("RMQ_FENCED") || detail.starts_with("RMQ_FENCED")
         {
+            (
+                ErrorKind::Fenced,
+                format!("refused by fencing: {detail}; another consumer owns the slot now"),
+            )
+        } else if e.code() == Some("RMQ_WRONGTYPE") || detail.starts_with("RMQ_WRONGTYPE") {
             (
                 ErrorKind::WrongType,
                 format!(

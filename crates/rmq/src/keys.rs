@@ -5,9 +5,9 @@
 //! client's prefix and a colon, so an ACL key pattern `<prefix>:*` covers them.
 //! The one key outside any slot is the prefix's topic index.
 
-/// The nine keys of one slot, in the order every slot script expects them
+/// The ten keys of one slot, in the order every slot script expects them
 /// (see `scripts/lua/common.lua`).
-pub(crate) fn slot_keys(prefix: &str, topic: &str, slot: u32) -> [String; 9] {
+pub(crate) fn slot_keys(prefix: &str, topic: &str, slot: u32) -> [String; 10] {
     let tag = format!("{prefix}:{{{topic}:{slot}}}");
     [
         format!("{tag}:q"), // ZSET pending
@@ -19,12 +19,18 @@ pub(crate) fn slot_keys(prefix: &str, topic: &str, slot: u32) -> [String; 9] {
         format!("{tag}:x"), // ZSET dead letters by time of death
         format!("{tag}:X"), // HASH dead-letter records
         format!("{tag}:a"), // HASH attempts, score and token of delivered messages
+        format!("{tag}:l"), // HASH serial mode: the slot's lease (owner, epoch, until)
     ]
 }
 
 /// HASH: topic name -> definition (JSON).
 pub(crate) fn topic_index(prefix: &str) -> String {
     format!("{prefix}:topics")
+}
+
+/// HASH: a consumer group's members -> heartbeat deadline (serial mode).
+pub(crate) fn group_key(prefix: &str, topic: &str, group: &str) -> String {
+    format!("{prefix}:group:{topic}:{group}")
 }
 
 /// Pub/sub channel on which send and settle announce a new head of a slot.

@@ -212,6 +212,10 @@ pub struct Received {
     pub token: u64,
     /// The server's time when it was taken (Unix ms).
     pub taken_ms: i64,
+    /// Serial mode: the slot lease's epoch (fencing token) under which it
+    /// was taken. It only grows; pass it to downstream writes so that a
+    /// consumer that lost the slot cannot overwrite a newer owner's work.
+    pub fence: Option<u64>,
 }
 
 impl Received {

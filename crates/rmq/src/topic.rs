@@ -335,7 +335,7 @@ impl Topic {
         crate::slot::slot_of(basis, self.spec.slots)
     }
 
-    pub(crate) fn slot_keys(&self, slot: u32) -> [String; 9] {
+    pub(crate) fn slot_keys(&self, slot: u32) -> [String; 10] {
         crate::keys::slot_keys(self.client.prefix(), &self.spec.name, slot)
     }
 

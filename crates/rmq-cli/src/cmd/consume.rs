@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use clap::Args;
 use futures::StreamExt;
-use rmq::{CancellationToken, Delivery, ErrorKind, Settled, TopicKind};
+use rmq::{CancellationToken, Delivery, ErrorKind, Settled};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::signal::unix::{signal, SignalKind};
@@ -55,12 +55,25 @@ pub struct ConsumeArgs {
           value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
     /// Run `sh -c CMD` per message: payload on stdin; env RMQ_KEY, RMQ_ATTEMPT,
-    /// RMQ_TOPIC, RMQ_SLOT; exit 0 acks, anything else retries
+    /// RMQ_TOPIC, RMQ_SLOT, RMQ_FENCE (serial); exit 0 acks, anything else retries
     #[arg(long, value_name = "CMD")]
     pub exec: Option<String>,
     /// Nack every message (a drill for retries and dead letters)
     #[arg(long, conflicts_with = "exec")]
     pub fail: bool,
+    /// Serial mode: each slot is owned by one member of the group at a time
+    /// and its messages are handled one at a time (RMQ_FENCE has the lease epoch)
+    #[arg(long)]
+    pub serial: bool,
+    /// Serial mode: the consumer group
+    #[arg(long, value_name = "G", default_value = "default", requires = "serial")]
+    pub group: String,
+    /// Serial mode: a member silent this long is gone
+    #[arg(long, value_name = "MS", default_value_t = 6000, requires = "serial")]
+    pub member_timeout: u64,
+    /// Serial mode: how long a slot lease lasts unless renewed
+    #[arg(long, value_name = "MS", default_value_t = 6000, requires = "serial")]
+    pub slot_lease: u64,
 }
 
 /// What every handler task needs.
@@ -157,12 +170,11 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
         stdout_closed: AtomicBool::new(false),
     });
     let mut consumer = topic.consumer().concurrency(usize::from(a.concurrency));
-    if topic.kind() == TopicKind::Priority {
-        // Workaround: a priority retry waits in a set whose due times are
-        // not announced, so a consumer finds it only at its next rescan
-        // (5 s by default). Rescan about as often as the first backoff.
-        let every = topic.spec().backoff_ms.clamp(200, 5_000);
-        consumer = consumer.rescan(Duration::from_millis(every));
+    if a.serial {
+        consumer = consumer
+            .serial(a.group.clone())
+            .member_timeout(Duration::from_millis(a.member_timeout))
+            .slot_lease(Duration::from_millis(a.slot_lease));
     }
     let mut stream = consumer.stream(cancel.clone());
     let mut tasks: JoinSet<Ended> = JoinSet::new();
@@ -213,7 +225,8 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
             _ = sigterm.recv() => stop_now(&cancel, &ctx.kill),
         }
     }
-    drop(stream);
+    // Serial mode: release the slot leases so other members take over at once.
+    stream.close().await;
 
     if !out.json {
         let mut s = format!(
@@ -358,6 +371,10 @@ async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
         .env("RMQ_ATTEMPT", m.attempt.to_string())
         .env("RMQ_TOPIC", &ctx.topic)
         .env("RMQ_SLOT", m.slot.to_string())
+        .env(
+            "RMQ_FENCE",
+            m.fence.map(|f| f.to_string()).unwrap_or_default(),
+        )
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -405,6 +422,17 @@ async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
                     }
                     lease_lost = lease_lost || e.kind() == ErrorKind::StaleDelivery;
                 }
+            }
+            () = d.lease_lost() => {
+                // Serial mode: another member owns the slot now; stop at once.
+                kill_group(pid).await;
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                if let Some(t) = stderr_task {
+                    t.abort();
+                }
+                output::warn_line(&format!("slot {} lease lost: handler stopped", m.slot));
+                return Ended::Failed;
             }
             () = ctx.kill.cancelled() => {
                 kill_group(pid).await;

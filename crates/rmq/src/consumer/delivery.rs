@@ -10,17 +10,64 @@
 use std::ops::Deref;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
 
 use super::settler::{Op, Settled, Settler};
+use super::Shared;
 use crate::error::{ErrorKind, Result};
+use crate::group::Fence;
 use crate::message::Received;
+
+/// Serial mode: a delivery's hold on its slot. While it lives the slot is
+/// busy (nothing else of it is taken here); dropping it frees the slot.
+pub(crate) struct Claim {
+    shared: Arc<Shared>,
+    slot: u32,
+    fence: Fence,
+    lost: CancellationToken,
+}
+
+impl Claim {
+    /// Marks the slot busy; None when the slot is not owned at this epoch.
+    pub(crate) fn take(shared: &Arc<Shared>, slot: u32, fence: Fence) -> Option<Claim> {
+        let own = shared.ownership.as_ref()?;
+        let mut o = shared.own(own);
+        let s = o.slots.get_mut(&slot).filter(|s| s.epoch == fence.epoch)?;
+        s.busy = true;
+        let lost = s.lost.clone();
+        drop(o);
+        Some(Claim {
+            shared: shared.clone(),
+            slot,
+            fence,
+            lost,
+        })
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Some(own) = self.shared.ownership.as_ref() {
+            if let Some(s) = self.shared.own(own).slots.get_mut(&self.slot) {
+                if s.epoch == self.fence.epoch {
+                    s.busy = false;
+                }
+            }
+        }
+        self.shared.notify.notify_one();
+    }
+}
 
 /// A message taken from a topic, in flight until it is ended.
 pub struct Delivery {
     msg: Received,
     settler: Settler,
     ended: bool,
+    fence: Option<Fence>,
+    claim: Option<Claim>,
     _permit: Option<OwnedSemaphorePermit>,
 }
 
@@ -40,12 +87,40 @@ impl Delivery {
         msg: Received,
         settler: Settler,
         permit: Option<OwnedSemaphorePermit>,
+        claim: Option<Claim>,
     ) -> Self {
+        let fence = claim.as_ref().map(|c| c.fence.clone());
         Delivery {
             msg,
             settler,
             ended: false,
+            fence,
+            claim,
             _permit: permit,
+        }
+    }
+
+    pub(crate) fn new_detached(msg: Received, settler: Settler) -> Self {
+        Delivery::new(msg, settler, None, None)
+    }
+
+    pub(crate) fn with_fence(mut self, fence: Fence) -> Self {
+        self.msg.fence = Some(fence.epoch);
+        self.fence = Some(fence);
+        self
+    }
+
+    fn fence(&self) -> Option<Fence> {
+        self.fence.clone()
+    }
+
+    /// Serial mode: resolves when this consumer loses the slot's lease (the
+    /// handler should stop: its ack would be refused). Never resolves in
+    /// parallel mode.
+    pub async fn lease_lost(&self) {
+        match &self.claim {
+            Some(c) => c.lost.cancelled().await,
+            None => std::future::pending().await,
         }
     }
 
@@ -65,7 +140,7 @@ impl Delivery {
         loop {
             match self
                 .settler
-                .settle(m.slot, m.key.clone(), m.token, op.clone())
+                .settle(m.slot, m.key.clone(), m.token, self.fence(), op.clone())
                 .await
             {
                 Err(e) if e.is_retryable() && wait < Duration::from_secs(4) => {
@@ -119,7 +194,13 @@ impl Delivery {
         let m = &self.msg;
         let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX).max(1);
         self.settler
-            .settle(m.slot, m.key.clone(), m.token, Op::Extend { ms })
+            .settle(
+                m.slot,
+                m.key.clone(),
+                m.token,
+                self.fence(),
+                Op::Extend { ms },
+            )
             .await
             .map(|_| ())
     }
@@ -140,6 +221,7 @@ impl Drop for Delivery {
                 m.slot,
                 m.key.clone(),
                 m.token,
+                self.fence(),
                 Op::Nack {
                     delay_ms: -1,
                     error: "delivery dropped without being ended".into(),

@@ -4,6 +4,9 @@
 //! never has more than its limit in flight), picks the ready slots from the
 //! schedule, pops them in one pipeline and sleeps, when nothing is ready,
 //! until the earliest known due time, a wake-up notice or the next rescan.
+//! In serial mode it only visits slots whose lease it holds and that have
+//! nothing out, takes one message per slot, and sends the lease's epoch
+//! with every pop.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,12 +14,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use super::delivery::Delivery;
+use super::delivery::{Claim, Delivery};
 use super::settler::Settler;
 use super::Shared;
+use crate::error::ErrorKind;
+use crate::group::Fence;
 use crate::message::Received;
 use crate::scripts::{self, ScriptId};
-use crate::topic::{Topic, TopicKind};
+use crate::topic::{Topic, TopicKind, TopicSpec};
 use crate::value::{as_int, bytes_at, int_at, items};
 
 pub(crate) struct FetchConfig {
@@ -27,13 +32,18 @@ pub(crate) struct FetchConfig {
 
 /// How long a busy consumer waits to fill half a batch.
 const GATHER: Duration = Duration::from_millis(1);
-/// Slots popped per round at most (time-based topics).
+/// Slots popped per round at most (time-based topics, or serial mode).
 const FANOUT: usize = 8;
 /// Slots looked at per pipeline in a survey.
 const SURVEY_CHUNK: usize = 256;
 
 /// A pop call taking up to `count` messages of `slot` (0: only look).
-pub(crate) fn pop_call(topic: &Topic, slot: u32, count: usize) -> (ScriptId, redis::Cmd) {
+pub(crate) fn pop_call(
+    topic: &Topic,
+    slot: u32,
+    count: usize,
+    fence: Option<&Fence>,
+) -> (ScriptId, redis::Cmd) {
     let spec = topic.spec();
     let count = count.to_string();
     let lease = spec.lease_ms.to_string();
@@ -43,7 +53,9 @@ pub(crate) fn pop_call(topic: &Topic, slot: u32, count: usize) -> (ScriptId, red
     let jitter = rand::random::<f64>().to_string();
     let dead_max = spec.dead_letters_per_slot.to_string();
     let slot_s = slot.to_string();
-    let args: [&[u8]; 10] = [
+    let epoch = fence.map(|f| f.epoch.to_string()).unwrap_or_default();
+    let owner: &str = fence.map(|f| &*f.owner).unwrap_or("");
+    let args: [&[u8]; 12] = [
         spec.kind.code().as_bytes(),
         count.as_bytes(),
         lease.as_bytes(),
@@ -54,6 +66,8 @@ pub(crate) fn pop_call(topic: &Topic, slot: u32, count: usize) -> (ScriptId, red
         topic.channel.as_bytes(),
         slot_s.as_bytes(),
         dead_max.as_bytes(),
+        owner.as_bytes(),
+        epoch.as_bytes(),
     ];
     (
         ScriptId::Pop,
@@ -71,6 +85,7 @@ pub(crate) async fn fetch_loop(
     cancel: CancellationToken,
 ) {
     let spec = topic.spec().clone();
+    let serial = shared.ownership.is_some();
     let mut last_rescan = Instant::now();
     let mut error_backoff = Duration::from_millis(50);
     loop {
@@ -88,7 +103,10 @@ pub(crate) async fn fetch_loop(
         // Under load (other deliveries still running), wait up to a
         // millisecond for half a batch: fewer, fuller round trips.
         let target = (cfg.batch / 2).max(1);
-        if held.len() < target && permits.available_permits() + held.len() < cfg.concurrency {
+        if !serial
+            && held.len() < target
+            && permits.available_permits() + held.len() < cfg.concurrency
+        {
             let deadline = tokio::time::Instant::now() + GATHER;
             while held.len() < target {
                 tokio::select! {
@@ -99,7 +117,7 @@ pub(crate) async fn fetch_loop(
             }
         }
         // Wait for a slot with work.
-        let slots = 'wait: loop {
+        let slots = loop {
             if cancel.is_cancelled() {
                 return;
             }
@@ -108,59 +126,26 @@ pub(crate) async fn fetch_loop(
                 last_rescan = Instant::now();
             }
             let unknown = shared.lock().unknown();
-            if !unknown.is_empty() {
-                // Look before taking, so the first choice is already the best slot.
-                for chunk in unknown.chunks(SURVEY_CHUNK) {
-                    let calls = chunk
-                        .iter()
-                        .map(|&slot| pop_call(&topic, slot, 0))
-                        .collect();
-                    match topic.redis().run(calls).await {
-                        Ok(replies) => {
-                            for (&slot, r) in chunk.iter().zip(replies) {
-                                let mut s = shared.lock();
-                                match r {
-                                    Ok(v) => {
-                                        let a = items(v);
-                                        let now = int_at(&a, 0).unwrap_or(0);
-                                        s.observe_server_time(now);
-                                        let opt = |i: usize| a.get(i).and_then(as_int);
-                                        s.after_pop(slot, opt(1), opt(2), opt(3), now);
-                                    }
-                                    Err(e) => {
-                                        tracing::error!(topic = %spec.name, slot, "looking at a slot failed: {e}");
-                                        let now = s.server_now();
-                                        s.after_pop(slot, None, None, Some(now + 1_000), now);
-                                    }
-                                }
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(topic = %spec.name, "looking at slots failed, will retry: {e}");
-                            tokio::select! {
-                                _ = tokio::time::sleep(error_backoff) => {}
-                                _ = cancel.cancelled() => return,
-                            }
-                            error_backoff = (error_backoff * 2).min(Duration::from_secs(2));
-                            continue 'wait;
-                        }
-                    }
+            if !unknown.is_empty() && !survey(&topic, &shared, &unknown).await {
+                tokio::select! {
+                    _ = tokio::time::sleep(error_backoff) => {}
+                    _ = cancel.cancelled() => return,
                 }
+                error_backoff = (error_backoff * 2).min(Duration::from_secs(2));
+                continue;
             }
-            let fanout = if spec.kind == TopicKind::Priority {
+            let fanout = if spec.kind == TopicKind::Priority && !serial {
                 1
             } else {
                 FANOUT
             };
+            let allowed = shared.ownership.as_ref().map(|o| shared.own(o).takeable());
             let (ready, wait) = {
                 let s = shared.lock();
-                (s.ready(fanout), s.ms_until_next())
+                (s.ready(fanout, allowed.as_ref()), s.ms_until_next())
             };
             if !ready.is_empty() {
                 break ready;
-            }
-            if !shared.lock().unknown().is_empty() {
-                continue;
             }
             let until_rescan = cfg.rescan.saturating_sub(last_rescan.elapsed());
             let sleep = wait
@@ -173,36 +158,23 @@ pub(crate) async fn fetch_loop(
                 _ = cancel.cancelled() => return,
             }
         };
-        // Share the capacity among the slots, best first.
+        // Share the capacity among the slots, best first (serial: one each).
         let cap = held.len();
         let n = slots.len().min(cap);
-        let kind = spec.kind.code().as_bytes();
-        let lease = spec.lease_ms.to_string();
-        let max_attempts = spec.max_attempts.to_string();
-        let backoff = spec.backoff_ms.to_string();
-        let backoff_max = spec.backoff_max_ms.to_string();
-        let jitter = rand::random::<f64>().to_string();
-        let dead_max = spec.dead_letters_per_slot.to_string();
+        let mut fences = Vec::with_capacity(n);
         let mut calls = Vec::with_capacity(n);
         for (i, &slot) in slots.iter().take(n).enumerate() {
-            let count = (cap / n + usize::from(i < cap % n)).to_string();
-            let slot_s = slot.to_string();
-            let args: [&[u8]; 10] = [
-                kind,
-                count.as_bytes(),
-                lease.as_bytes(),
-                max_attempts.as_bytes(),
-                backoff.as_bytes(),
-                backoff_max.as_bytes(),
-                jitter.as_bytes(),
-                topic.channel.as_bytes(),
-                slot_s.as_bytes(),
-                dead_max.as_bytes(),
-            ];
-            calls.push((
-                ScriptId::Pop,
-                scripts::call(ScriptId::Pop, &topic.slot_keys(slot), &args),
-            ));
+            let fence = shared
+                .ownership
+                .as_ref()
+                .and_then(|o| shared.own(o).fence(slot));
+            let count = if serial {
+                1
+            } else {
+                cap / n + usize::from(i < cap % n)
+            };
+            calls.push(pop_call(&topic, slot, count, fence.as_ref()));
+            fences.push(fence);
         }
         let replies = match topic.redis().run(calls).await {
             Ok(r) => {
@@ -222,14 +194,21 @@ pub(crate) async fn fetch_loop(
             }
         };
         let mut out = Vec::new();
-        for (&slot, reply) in slots.iter().zip(replies) {
+        for ((&slot, reply), fence) in slots.iter().zip(replies).zip(fences) {
             let a = match reply {
                 Ok(v) => items(v),
                 Err(e) => {
-                    tracing::error!(topic = %spec.name, slot, "taking messages failed: {e}");
-                    let mut s = shared.lock();
-                    let now = s.server_now();
-                    s.after_pop(slot, None, None, Some(now + 1_000), now);
+                    if e.kind() == ErrorKind::Fenced {
+                        tracing::info!(topic = %spec.name, slot, "slot lease lost: {e}");
+                        if let Some(o) = shared.ownership.as_ref() {
+                            shared.own(o).lose(slot);
+                        }
+                    } else {
+                        tracing::error!(topic = %spec.name, slot, "taking messages failed: {e}");
+                        let mut s = shared.lock();
+                        let now = s.server_now();
+                        s.after_pop(slot, None, None, Some(now + 1_000), now);
+                    }
                     continue;
                 }
             };
@@ -239,16 +218,56 @@ pub(crate) async fn fetch_loop(
                 s.observe_server_time(popped.now);
                 s.after_pop(slot, popped.head, popped.retry, popped.lease, popped.now);
             }
-            out.extend(popped.messages);
+            for mut msg in popped.messages {
+                msg.fence = fence.as_ref().map(|f| f.epoch);
+                let claim = fence
+                    .as_ref()
+                    .and_then(|f| Claim::take(&shared, slot, f.clone()));
+                out.push((msg, claim));
+            }
         }
-        for msg in out {
+        for (msg, claim) in out {
             let permit = held.pop();
-            let d = Delivery::new(msg, settler.clone(), permit);
+            let d = Delivery::new(msg, settler.clone(), permit, claim);
             if let Err(mpsc::error::SendError(d)) = tx.send(d).await {
                 let _ = d.release().await;
             }
         }
     }
+}
+
+/// Looks at slots without taking (count 0): reclaims expired leases and
+/// learns each slot's head. False when Redis could not be reached.
+async fn survey(topic: &Topic, shared: &Shared, slots: &[u32]) -> bool {
+    for chunk in slots.chunks(SURVEY_CHUNK) {
+        let calls = chunk
+            .iter()
+            .map(|&slot| pop_call(topic, slot, 0, None))
+            .collect();
+        let replies = match topic.redis().run(calls).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(topic = %topic.name(), "looking at slots failed, will retry: {e}");
+                return false;
+            }
+        };
+        for (&slot, r) in chunk.iter().zip(replies) {
+            let mut s = shared.lock();
+            match r {
+                Ok(v) => {
+                    let p = parse_pop(topic.spec(), slot, items(v));
+                    s.observe_server_time(p.now);
+                    s.after_pop(slot, p.head, p.retry, p.lease, p.now);
+                }
+                Err(e) => {
+                    tracing::error!(topic = %topic.name(), slot, "looking at a slot failed: {e}");
+                    let now = s.server_now();
+                    s.after_pop(slot, None, None, Some(now + 1_000), now);
+                }
+            }
+        }
+    }
+    true
 }
 
 /// A pop reply, decoded.
@@ -260,7 +279,7 @@ pub(crate) struct Popped {
     pub(crate) messages: Vec<Received>,
 }
 
-pub(crate) fn parse_pop(spec: &crate::topic::TopicSpec, slot: u32, a: Vec<redis::Value>) -> Popped {
+pub(crate) fn parse_pop(spec: &TopicSpec, slot: u32, a: Vec<redis::Value>) -> Popped {
     let now = int_at(&a, 0).unwrap_or(0);
     let opt = |i: usize| a.get(i).and_then(as_int);
     let mut messages = Vec::new();
@@ -279,6 +298,7 @@ pub(crate) fn parse_pop(spec: &crate::topic::TopicSpec, slot: u32, a: Vec<redis:
             due_ms,
             token: u64::try_from(int_at(&a, i + 4).unwrap_or(0)).unwrap_or(0),
             taken_ms: now,
+            fence: None,
         });
         i += 5;
     }

@@ -17,6 +17,9 @@ mod schedule;
 mod settler;
 mod wake;
 
+pub(crate) use fetcher::{parse_pop, pop_call};
+pub(crate) use settler::Settler;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -32,6 +35,9 @@ pub use delivery::Delivery;
 pub use settler::Settled;
 
 use crate::error::Result;
+use crate::group::{
+    keep_leases, validate_group, Coordinator, Ownership, RedisCoordinator, SerialConfig,
+};
 use crate::message::Received;
 use crate::topic::Topic;
 use schedule::Schedule;
@@ -93,12 +99,18 @@ pub struct RunReport {
 
 pub(crate) struct Shared {
     schedule: Mutex<Schedule>,
-    notify: Notify,
+    pub(crate) notify: Notify,
+    /// Serial mode: the slots this consumer owns.
+    pub(crate) ownership: Option<Mutex<Ownership>>,
 }
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Schedule> {
         self.schedule.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn own<'a>(&self, o: &'a Mutex<Ownership>) -> MutexGuard<'a, Ownership> {
+        o.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -111,6 +123,14 @@ pub struct ConsumerBuilder {
     rescan: Duration,
     auto_extend: bool,
     grace: Duration,
+    serial: Option<SerialConfig>,
+    coordinator: Option<Arc<dyn Coordinator>>,
+}
+
+impl std::fmt::Debug for dyn Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Coordinator")
+    }
 }
 
 impl Topic {
@@ -123,6 +143,8 @@ impl Topic {
             rescan: Duration::from_secs(5),
             auto_extend: true,
             grace: Duration::from_secs(30),
+            serial: None,
+            coordinator: None,
         }
     }
 }
@@ -138,14 +160,14 @@ impl Topic {
             if out.len() >= max {
                 break;
             }
-            let (id, cmd) = fetcher::pop_call(self, slot, max - out.len());
+            let (id, cmd) = fetcher::pop_call(self, slot, max - out.len(), None);
             let v = self.redis().run_one(id, cmd).await?;
             let popped = fetcher::parse_pop(self.spec(), slot, crate::value::items(v));
             out.extend(
                 popped
                     .messages
                     .into_iter()
-                    .map(|m| Delivery::new(m, settler.clone(), None)),
+                    .map(|m| Delivery::new(m, settler.clone(), None, None)),
             );
         }
         Ok(out)
@@ -180,13 +202,61 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Serial mode in consumer group `group`: every slot is owned by one
+    /// member of the group at a time (a lease with a fencing epoch), and
+    /// each member handles its slots' messages one at a time per slot, so
+    /// all messages of one slot basis are handled strictly one after the
+    /// other across all processes. Members share the slots by rendezvous
+    /// hashing. See the crate docs for the guarantee and its limits.
+    pub fn serial(mut self, group: impl Into<String>) -> Self {
+        let cfg = self.serial.take().unwrap_or(SerialConfig {
+            group: String::new(),
+            member_timeout: Duration::from_secs(6),
+            lease_ttl: Duration::from_secs(6),
+        });
+        self.serial = Some(SerialConfig {
+            group: group.into(),
+            ..cfg
+        });
+        self
+    }
+    /// Serial mode: a member silent this long is gone (default 6 s).
+    pub fn member_timeout(mut self, d: Duration) -> Self {
+        if let Some(c) = self.serial.as_mut() {
+            c.member_timeout = d.max(Duration::from_millis(50));
+        }
+        self
+    }
+    /// Serial mode: how long a slot lease lasts unless renewed (default 6 s);
+    /// it bounds the handover time after a crash.
+    pub fn slot_lease(mut self, d: Duration) -> Self {
+        if let Some(c) = self.serial.as_mut() {
+            c.lease_ttl = d.max(Duration::from_millis(50));
+        }
+        self
+    }
+    /// Serial mode: another membership backend than Redis (fencing stays in Redis).
+    pub fn coordinator(mut self, c: Arc<dyn Coordinator>) -> Self {
+        self.coordinator = Some(c);
+        self
+    }
+
     /// Deliveries as a stream, until `cancel` fires; then the stream yields
     /// what was already taken and ends. End each delivery (see [`Delivery`]).
+    ///
+    /// Serial mode: the group name is checked when the stream starts; an
+    /// invalid one ends the stream at once (use [`ConsumerBuilder::run`] to
+    /// get the error).
     pub fn stream(self, cancel: CancellationToken) -> Deliveries {
         let spec = self.topic.spec();
+        let member: Arc<str> = format!("{:016x}", rand::random::<u64>()).into();
         let shared = Arc::new(Shared {
             schedule: Mutex::new(Schedule::new(spec.kind, spec.slots)),
             notify: Notify::new(),
+            ownership: self
+                .serial
+                .as_ref()
+                .map(|_| Mutex::new(Ownership::new(member.clone()))),
         });
         let settler = settler::Settler::spawn(self.topic.clone());
         let permits = Arc::new(Semaphore::new(self.concurrency));
@@ -199,7 +269,7 @@ impl ConsumerBuilder {
         ));
         tokio::spawn(fetcher::fetch_loop(
             self.topic.clone(),
-            shared,
+            shared.clone(),
             settler,
             permits,
             tx,
@@ -210,9 +280,36 @@ impl ConsumerBuilder {
             },
             stop.clone(),
         ));
+        let invalid = self
+            .serial
+            .as_ref()
+            .is_some_and(|c| validate_group(&c.group).is_err());
+        let keeper = self.serial.filter(|_| !invalid).map(|cfg| {
+            let coordinator = self.coordinator.clone().unwrap_or_else(|| {
+                Arc::new(RedisCoordinator::new(
+                    self.topic.clone(),
+                    &cfg.group,
+                    cfg.member_timeout,
+                ))
+            });
+            let keeper_stop = CancellationToken::new();
+            let handle = tokio::spawn(keep_leases(
+                self.topic.clone(),
+                shared.clone(),
+                coordinator,
+                cfg,
+                keeper_stop.clone(),
+            ));
+            (keeper_stop, handle)
+        });
+        if invalid {
+            stop.cancel();
+        }
         Deliveries {
             rx,
+            stop: stop.clone(),
             _stop: stop.drop_guard(),
+            keeper,
         }
     }
 
@@ -224,6 +321,9 @@ impl ConsumerBuilder {
         H: Fn(Received) -> F + Send + Sync + 'static,
         F: Future<Output = Outcome> + Send + 'static,
     {
+        if let Some(c) = &self.serial {
+            validate_group(&c.group)?;
+        }
         let lease = Duration::from_millis(self.topic.spec().lease_ms);
         let auto_extend = self.auto_extend;
         let grace = self.grace;
@@ -259,6 +359,7 @@ impl ConsumerBuilder {
                 count(&mut report, r);
             }
         }
+        deliveries.close().await;
         Ok(report)
     }
 }
@@ -307,6 +408,10 @@ where
             _ = hard.cancelled() => {
                 return match d.release().await { Ok(()) => Ended::Released, Err(_) => Ended::Failed };
             }
+            _ = d.lease_lost() => {
+                tracing::warn!(slot = d.slot, "slot lease lost: handler stopped, its message goes to the new owner");
+                return Ended::Failed;
+            }
         }
     };
     let r = match outcome {
@@ -327,7 +432,30 @@ where
 /// stops the consumer.
 pub struct Deliveries {
     rx: mpsc::Receiver<Delivery>,
+    stop: CancellationToken,
     _stop: tokio_util::sync::DropGuard,
+    keeper: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
+}
+
+impl Deliveries {
+    /// Stops taking messages and, in serial mode, releases the slot leases
+    /// and leaves the group, so that other members take over at once.
+    /// Deliveries still held can no longer be settled after this.
+    pub async fn close(mut self) {
+        self.stop.cancel();
+        if let Some((stop, handle)) = self.keeper.take() {
+            stop.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(10), handle).await;
+        }
+    }
+}
+
+impl Drop for Deliveries {
+    fn drop(&mut self) {
+        if let Some((stop, _)) = &self.keeper {
+            stop.cancel();
+        }
+    }
 }
 
 impl Stream for Deliveries {

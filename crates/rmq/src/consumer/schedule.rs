@@ -132,13 +132,20 @@ impl Schedule {
 
     /// Up to `limit` slots with work now, best first: highest known
     /// priority, or earliest due time.
-    pub(crate) fn ready(&self, limit: usize) -> Vec<u32> {
+    /// Only slots in `allowed` count when it is given (serial mode).
+    pub(crate) fn ready(
+        &self,
+        limit: usize,
+        allowed: Option<&std::collections::HashSet<u32>>,
+    ) -> Vec<u32> {
         let now = self.server_now();
         let mut r: Vec<(u32, SlotHint)> = self
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, h)| h.next.is_some_and(|n| n <= now))
+            .filter(|(i, h)| {
+                h.next.is_some_and(|n| n <= now) && allowed.is_none_or(|a| a.contains(&(*i as u32)))
+            })
             .map(|(i, h)| (i as u32, *h))
             .collect();
         match self.kind {
@@ -172,7 +179,7 @@ mod tests {
         s.after_pop(1, Some(9 << 32), None, None, now);
         s.after_pop(2, None, None, None, now);
         s.after_pop(3, None, Some(now + 60_000), None, now);
-        assert_eq!(s.ready(10), vec![1, 0]);
+        assert_eq!(s.ready(10, None), vec![1, 0]);
         assert!(s.ms_until_next() == Some(0));
     }
 
@@ -193,10 +200,10 @@ mod tests {
         let now = s.server_now();
         s.after_pop(0, Some(now + 5_000), None, None, now);
         s.after_pop(1, None, None, Some(now + 2_000), now);
-        assert!(s.ready(10).is_empty());
+        assert!(s.ready(10, None).is_empty());
         let ms = s.ms_until_next().unwrap();
         assert!((1_900..=2_000).contains(&ms), "{ms}");
         s.notify(0, now - 1);
-        assert_eq!(s.ready(10), vec![0]);
+        assert_eq!(s.ready(10, None), vec![0]);
     }
 }

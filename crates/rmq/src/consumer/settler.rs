@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::group::Fence;
 use crate::scripts::{self, ScriptId};
 use crate::topic::Topic;
 use crate::value::{int_at, items};
@@ -21,6 +22,9 @@ const GATHER_TURNS: usize = 3;
 const FULL_ENOUGH: usize = 64;
 /// Operations per script call at most.
 const PER_CALL: usize = 500;
+
+/// Owner and epoch of a serial-mode settle, as a grouping key.
+type FenceKey = (std::sync::Arc<str>, u64);
 
 /// How a delivery ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +63,7 @@ pub(crate) struct Request {
     pub(crate) slot: u32,
     pub(crate) key: Vec<u8>,
     pub(crate) token: u64,
+    pub(crate) fence: Option<Fence>,
     pub(crate) op: Op,
     pub(crate) reply: Option<oneshot::Sender<Result<Settled>>>,
 }
@@ -82,6 +87,7 @@ impl Settler {
         slot: u32,
         key: Vec<u8>,
         token: u64,
+        fence: Option<Fence>,
         op: Op,
     ) -> Result<Settled> {
         let (reply, rx) = oneshot::channel();
@@ -90,6 +96,7 @@ impl Settler {
                 slot,
                 key,
                 token,
+                fence,
                 op,
                 reply: Some(reply),
             })
@@ -99,11 +106,19 @@ impl Settler {
     }
 
     /// Settles without waiting (used on drop, where nothing can be awaited).
-    pub(crate) fn settle_detached(&self, slot: u32, key: Vec<u8>, token: u64, op: Op) {
+    pub(crate) fn settle_detached(
+        &self,
+        slot: u32,
+        key: Vec<u8>,
+        token: u64,
+        fence: Option<Fence>,
+        op: Op,
+    ) {
         let _ = self.tx.send(Request {
             slot,
             key,
             token,
+            fence,
             op,
             reply: None,
         });
@@ -133,9 +148,11 @@ async fn run(topic: Topic, mut rx: mpsc::UnboundedReceiver<Request>) {
 
 async fn flush(topic: &Topic, batch: Vec<Request>) {
     let spec = topic.spec();
-    let mut by_slot: BTreeMap<u32, Vec<Request>> = BTreeMap::new();
+    // One call per slot and fence (serial deliveries carry their lease epoch).
+    let mut by_slot: BTreeMap<(u32, Option<FenceKey>), Vec<Request>> = BTreeMap::new();
     for r in batch {
-        by_slot.entry(r.slot).or_default().push(r);
+        let f = r.fence.as_ref().map(|f| (f.owner.clone(), f.epoch));
+        by_slot.entry((r.slot, f)).or_default().push(r);
     }
     let kind = spec.kind.code().as_bytes();
     let max_attempts = spec.max_attempts.to_string();
@@ -145,9 +162,14 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
     let dead_max = spec.dead_letters_per_slot.to_string();
     let mut calls = Vec::new();
     let mut groups: Vec<Vec<Request>> = Vec::new();
-    for (slot, reqs) in by_slot {
+    for ((slot, fence), reqs) in by_slot {
         let keys = topic.slot_keys(slot);
         let slot_s = slot.to_string();
+        let owner: std::sync::Arc<str> = fence
+            .as_ref()
+            .map(|f| f.0.clone())
+            .unwrap_or_else(|| "".into());
+        let epoch = fence.as_ref().map(|f| f.1.to_string()).unwrap_or_default();
         let mut reqs = reqs;
         while !reqs.is_empty() {
             let rest = reqs.split_off(reqs.len().min(PER_CALL));
@@ -170,6 +192,8 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
                 topic.channel.as_bytes(),
                 slot_s.as_bytes(),
                 dead_max.as_bytes(),
+                owner.as_bytes(),
+                epoch.as_bytes(),
             ];
             for (i, r) in chunk.iter().enumerate() {
                 args.push(r.op.code());
@@ -199,6 +223,11 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
                                 Some(1) => Ok(Settled::Done),
                                 Some(2) => Ok(Settled::Dead),
                                 Some(3) => Ok(Settled::Superseded),
+                                Some(-2) => Err(Error::new(
+                                    ErrorKind::Fenced,
+                                    "refused by fencing: this consumer no longer holds the slot's lease \
+                                     (another consumer owns it now): nothing was changed",
+                                )),
                                 _ => Err(Error::new(
                                     ErrorKind::StaleDelivery,
                                     "this delivery is no longer current (its lease expired and the message \

@@ -22,10 +22,12 @@ pub(crate) enum ScriptId {
     DeadRequeue,
     DeadPurge,
     DefineTopic,
+    Lease,
+    Membership,
 }
 
 impl ScriptId {
-    pub(crate) const ALL: [ScriptId; 9] = [
+    pub(crate) const ALL: [ScriptId; 11] = [
         ScriptId::Send,
         ScriptId::Pop,
         ScriptId::Settle,
@@ -35,6 +37,8 @@ impl ScriptId {
         ScriptId::DeadRequeue,
         ScriptId::DeadPurge,
         ScriptId::DefineTopic,
+        ScriptId::Lease,
+        ScriptId::Membership,
     ];
 
     fn source(self) -> (&'static str, &'static str, bool) {
@@ -63,6 +67,13 @@ impl ScriptId {
                 true,
             ),
             ScriptId::DefineTopic => ("#!lua", include_str!("lua/define_topic.lua"), false),
+            // Renewing and releasing leases must work at maxmemory.
+            ScriptId::Lease => ("#!lua flags=allow-oom", include_str!("lua/lease.lua"), true),
+            ScriptId::Membership => (
+                "#!lua flags=allow-oom",
+                include_str!("lua/membership.lua"),
+                false,
+            ),
         }
     }
 }

@@ -2,7 +2,7 @@
 -- script body at build time (after the `#!lua` line), so the helpers are
 -- local to each script and nothing is global.
 --
--- Every slot script receives the same nine keys, all under one hash tag:
+-- Every slot script receives the same ten keys, all under one hash tag:
 --   KEYS[1] q  ZSET  pending messages: member = merge key, score = order
 --   KEYS[2] d  HASH  merge key -> payload of a pending, retry-waiting or in-flight message
 --   KEYS[3] f  ZSET  in flight: member = merge key, score = lease deadline (ms)
@@ -17,6 +17,7 @@
 --                    delivery ("0" when not in flight). A never-delivered message
 --                    has no entry here, so a pending message costs one zset member
 --                    and one hash field holding just its payload.
+--   KEYS[10] l HASH  serial mode: the slot's lease: owner, epoch, until (ms)
 -- A parked duplicate (n) is "<score>|<payload>".
 -- A dead-letter record is "<attempts>,<score>,<dead_ms>,<deaths>,<errlen>|<error><payload>".
 --
@@ -27,7 +28,7 @@ local TWO32 = 4294967296
 
 local K = {
   q = KEYS[1], d = KEYS[2], f = KEYS[3], n = KEYS[4],
-  m = KEYS[5], r = KEYS[6], x = KEYS[7], X = KEYS[8], a = KEYS[9],
+  m = KEYS[5], r = KEYS[6], x = KEYS[7], X = KEYS[8], a = KEYS[9], l = KEYS[10],
 }
 
 local function fmt(n)
@@ -42,7 +43,7 @@ end
 local EXPECTED_TYPES = {
   { KEYS[1], 'zset' }, { KEYS[2], 'hash' }, { KEYS[3], 'zset' }, { KEYS[4], 'hash' },
   { KEYS[5], 'hash' }, { KEYS[6], 'zset' }, { KEYS[7], 'zset' }, { KEYS[8], 'hash' },
-  { KEYS[9], 'hash' },
+  { KEYS[9], 'hash' }, { KEYS[10], 'hash' },
 }
 
 -- Refuses to run (before any write) when a queue key holds a foreign type.
@@ -247,4 +248,19 @@ local function announce(kind, channel, slot, before_member, before_score, c)
   if c and c.retry_at then
     redis.call('PUBLISH', channel, slot .. ',' .. fmt(c.retry_at) .. ',t')
   end
+end
+
+-- Serial mode: is the slot leased to `owner` with `epoch`, right now?
+-- Also returns whether any live lease is held (parallel consumers skip such slots).
+local function lease_check(owner, epoch, now)
+  local l = redis.call('HMGET', K.l, 'owner', 'epoch', 'until')
+  local live = l[1] ~= false and l[1] ~= '' and tonumber(l[3] or '0') > now
+  if owner == '' then
+    return true, live
+  end
+  return live and l[1] == owner and l[2] == epoch, live
+end
+
+local function fenced_reply(slot, epoch)
+  return redis.error_reply('RMQ_FENCED slot ' .. slot .. ' is no longer leased to this consumer at epoch ' .. epoch)
 end

@@ -1,6 +1,6 @@
 -- dead_list.lua: dead letters of one slot, oldest death first (reads only).
 --
--- KEYS: the nine slot keys (see common.lua).
+-- KEYS: the ten slot keys (see common.lua).
 -- ARGV[1] limit
 -- Returns: { per dead letter: key, payload, attempts, score, dead ms, deaths, error }
 

@@ -1,7 +1,7 @@
 -- peek.lua: the next pending messages of one slot in consumption order,
 -- without taking them (reads only).
 --
--- KEYS: the nine slot keys (see common.lua).
+-- KEYS: the ten slot keys (see common.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')   ARGV[2] limit
 -- Returns: { now, then per message: key, payload, attempts, score }
 

@@ -1,12 +1,16 @@
 -- pop.lua: takes due messages of one slot into flight (phase one of two).
 --
--- KEYS: the nine slot keys (see common.lua).
+-- KEYS: the ten slot keys (see common.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')
 -- ARGV[2] how many messages to take at most (0 only reclaims and reports)
 -- ARGV[3] lease ms
 -- ARGV[4] max attempts
 -- ARGV[5] backoff base ms     ARGV[6] backoff max ms     ARGV[7] jitter in [0,1)
 -- ARGV[8] wake-up channel     ARGV[9] slot number        ARGV[10] dead letters kept per slot (0 = all)
+-- ARGV[11] serial mode: the lease owner ('' in parallel mode)   ARGV[12] its epoch (fencing token)
+-- Serial mode takes one message, and only when nothing of the slot is in
+-- flight; a caller whose lease is not current is refused (RMQ_FENCED,
+-- nothing written). Parallel mode takes nothing from a slot a serial owner holds.
 -- Before taking, it rolls back expired leases (as failed attempts) and moves
 -- priority retries whose backoff is over back to the pending set.
 -- Returns: { now, head score or false, next retry ms or false, next lease deadline or false,
@@ -31,6 +35,14 @@ local bad = check_types()
 if bad then
   return bad
 end
+local owner, epoch = ARGV[11] or '', ARGV[12] or ''
+local fence_ok, leased = lease_check(owner, epoch, now)
+if not fence_ok then
+  return fenced_reply(slot, epoch)
+end
+if owner == '' and leased then
+  count = 0
+end
 
 local c = counters()
 local hm, hs = head(kind)
@@ -39,6 +51,14 @@ local hm, hs = head(kind)
 local expired = redis.call('ZRANGEBYSCORE', K.f, '-inf', now, 'LIMIT', 0, 100)
 for i, key in ipairs(expired) do
   fail(kind, key, 'lease expired', -1, now, cfg, c, (jitter + i * 0.6180339887) % 1)
+end
+
+if owner ~= '' then
+  if redis.call('ZCARD', K.f) > 0 then
+    count = 0
+  else
+    count = math.min(count, 1)
+  end
 end
 
 -- 2. Priority retries whose backoff is over go back with their old score.

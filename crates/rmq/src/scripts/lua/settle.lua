@@ -1,10 +1,11 @@
 -- settle.lua: ends or extends in-flight deliveries of one slot (phase two).
 --
--- KEYS: the nine slot keys (see common.lua).
+-- KEYS: the ten slot keys (see common.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')
 -- ARGV[2] max attempts   ARGV[3] backoff base ms   ARGV[4] backoff max ms   ARGV[5] jitter in [0,1)
 -- ARGV[6] wake-up channel   ARGV[7] slot number   ARGV[8] dead letters kept per slot (0 = all)
--- ARGV[9..] groups of five: op, merge key, token, number, error text. ops:
+-- ARGV[9] serial mode: the lease owner ('' in parallel mode)   ARGV[10] its epoch
+-- ARGV[11..] groups of five: op, merge key, token, number, error text. ops:
 --   'a' ack: the message is done and gone
 --   'n' nack: failed; retry after <number> ms (-1 = the topic's backoff) or dead after the last attempt
 --   'd' dead: failed for good; straight to the dead letters
@@ -16,6 +17,7 @@
 -- Returns: { now, code per group... } with codes
 --    1 done   2 dead   3 superseded by a duplicate that arrived in flight
 --   -1 stale: not the current delivery (nothing changed)
+--   -2 fenced: serial mode and the caller's lease is not current (nothing changed)
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
 local kind = ARGV[1]
@@ -35,14 +37,20 @@ if bad then
   return bad
 end
 
+local n = math.floor((#ARGV - 10) / 5)
+local codes = { now }
+if not lease_check(ARGV[9], ARGV[10], now) then
+  for i = 1, n do
+    codes[i + 1] = -2
+  end
+  return codes
+end
 local c = counters()
 local hm, hs = head(kind)
 local requeued = false
-local n = math.floor((#ARGV - 8) / 5)
-local codes = { now }
 local seen = {}
 for i = 1, n do
-  local key = ARGV[8 + (i - 1) * 5 + 2]
+  local key = ARGV[10 + (i - 1) * 5 + 2]
   seen[key] = (seen[key] or 0) + 1
   codes[i + 1] = -1
 end
@@ -50,7 +58,7 @@ end
 -- Fast path: acks of keys that appear once in this call.
 local fast, fast_i, fast_tok = {}, {}, {}
 for i = 1, n do
-  local base = 8 + (i - 1) * 5
+  local base = 10 + (i - 1) * 5
   local key = ARGV[base + 2]
   if ARGV[base + 1] == 'a' and seen[key] == 1 then
     fast[#fast + 1] = key
@@ -91,7 +99,7 @@ end
 
 -- Slow path: everything else, in order.
 for i = 1, n do
-  local base = 8 + (i - 1) * 5
+  local base = 10 + (i - 1) * 5
   local op = ARGV[base + 1]
   local key = ARGV[base + 2]
   if seen[key] ~= 0 then

@@ -1,0 +1,210 @@
+//! Serial mode: all messages of one slot are handled one at a time across
+//! every process of a consumer group.
+//!
+//! Members announce themselves with a heartbeat ([`Coordinator`], Redis by
+//! default); each member computes the same assignment of slots to live
+//! members by rendezvous hashing ([`assign`]), so a join or a leave moves
+//! only the slots it must. Owning a slot means holding its **lease**, a hash
+//! in the slot's own hash tag with an owner, an expiry and an **epoch** that
+//! grows on every change of owner. The pop and settle scripts check the
+//! caller's epoch atomically, so a consumer that was paused, partitioned or
+//! slow past its lease can never take or settle a message of a slot it lost
+//! (see `lease.rs`). Membership only decides who *tries* to own what; safety
+//! never depends on it.
+
+mod assign;
+mod lease;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) use assign::assign;
+pub(crate) use lease::{keep_leases, Ownership};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys;
+use crate::scripts::{self, ScriptId};
+use crate::topic::Topic;
+use crate::value::{bytes_at, items};
+
+/// A serial-mode consumer's claim on a slot: its member id and the lease's
+/// epoch. Sent with every pop and settle of that slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fence {
+    pub(crate) owner: Arc<str>,
+    pub(crate) epoch: u64,
+}
+
+/// Settings of serial mode.
+#[derive(Debug, Clone)]
+pub(crate) struct SerialConfig {
+    pub(crate) group: String,
+    /// A member that has not sent a heartbeat for this long is gone.
+    pub(crate) member_timeout: Duration,
+    /// A slot lease lasts this long unless renewed.
+    pub(crate) lease_ttl: Duration,
+}
+
+impl SerialConfig {
+    /// How often leases are renewed and membership refreshed.
+    pub(crate) fn tick(&self) -> Duration {
+        (self.member_timeout.min(self.lease_ttl) / 4).max(Duration::from_millis(20))
+    }
+}
+
+/// Who is in a consumer group. Redis is the built-in backend; another
+/// (e.g. ZooKeeper) may implement it. Correctness does not depend on it:
+/// fencing is always checked in Redis by the lease epoch.
+pub trait Coordinator: Send + Sync + 'static {
+    /// Records that `member` is alive (or, with `leaving`, that it left) and
+    /// returns the live members, including `member` unless it is leaving.
+    fn heartbeat<'a>(
+        &'a self,
+        member: &'a str,
+        leaving: bool,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<String>>> + Send + 'a>>;
+}
+
+/// Membership kept in a Redis hash next to the topic.
+pub(crate) struct RedisCoordinator {
+    topic: Topic,
+    key: String,
+    timeout_ms: String,
+}
+
+impl RedisCoordinator {
+    pub(crate) fn new(topic: Topic, group: &str, timeout: Duration) -> Self {
+        RedisCoordinator {
+            key: keys::group_key(topic.client.prefix(), topic.name(), group),
+            topic,
+            timeout_ms: timeout.as_millis().to_string(),
+        }
+    }
+}
+
+impl Coordinator for RedisCoordinator {
+    fn heartbeat<'a>(
+        &'a self,
+        member: &'a str,
+        leaving: bool,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<String>>> + Send + 'a>> {
+        Box::pin(async move {
+            let op: &[u8] = if leaving { b"leave" } else { b"beat" };
+            let cmd = scripts::call(
+                ScriptId::Membership,
+                std::slice::from_ref(&self.key),
+                &[member.as_bytes(), op, self.timeout_ms.as_bytes()],
+            );
+            let v = self
+                .topic
+                .redis()
+                .run_one(ScriptId::Membership, cmd)
+                .await?;
+            let a = items(v);
+            Ok((1..a.len())
+                .filter_map(|i| bytes_at(&a, i))
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .collect())
+        })
+    }
+}
+
+/// Checks a group name: 1 to 100 of `A-Z a-z 0-9 _ . -`.
+pub(crate) fn validate_group(group: &str) -> Result<()> {
+    crate::topic::validate_topic_name(group).map_err(|_| {
+        Error::new(
+            ErrorKind::InvalidName,
+            format!("invalid group name {group:?}: use 1 to 100 letters, digits, '_', '.' or '-'"),
+        )
+    })
+}
+
+/// What a lease operation answered (see [`Topic::slot_lease`]).
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseReply {
+    /// The lease was granted (acquired, renewed or released).
+    pub granted: bool,
+    /// Granted: the epoch. Refused: 0.
+    pub epoch: u64,
+    /// Refused: the current owner.
+    pub owner: String,
+}
+
+impl Topic {
+    /// Low-level serial-mode primitive, for tools and tests: `op` is
+    /// `acquire`, `renew` or `release` on one slot's lease.
+    #[doc(hidden)]
+    pub async fn slot_lease(
+        &self,
+        slot: u32,
+        op: &str,
+        owner: &str,
+        epoch: u64,
+        ttl: Duration,
+    ) -> Result<LeaseReply> {
+        if slot >= self.spec().slots
+            || !["acquire", "renew", "release"].contains(&op)
+            || owner.is_empty()
+        {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "bad slot, lease op or owner",
+            ));
+        }
+        let (epoch_s, ttl_s) = (epoch.to_string(), ttl.as_millis().max(1).to_string());
+        let args: [&[u8]; 4] = [
+            op.as_bytes(),
+            owner.as_bytes(),
+            epoch_s.as_bytes(),
+            ttl_s.as_bytes(),
+        ];
+        let cmd = scripts::call(ScriptId::Lease, &self.slot_keys(slot), &args);
+        let a = items(self.redis().run_one(ScriptId::Lease, cmd).await?);
+        let granted = crate::value::int_at(&a, 0) == Some(1);
+        Ok(LeaseReply {
+            granted,
+            epoch: if granted {
+                crate::value::int_at(&a, 1)
+                    .and_then(|e| u64::try_from(e).ok())
+                    .unwrap_or(0)
+            } else {
+                0
+            },
+            owner: if granted {
+                owner.to_string()
+            } else {
+                bytes_at(&a, 1)
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default()
+            },
+        })
+    }
+
+    /// Low-level serial-mode primitive, for tools and tests: takes one
+    /// message of `slot` as the lease holder `owner` at `epoch`; the
+    /// delivery settles with that fence.
+    #[doc(hidden)]
+    pub async fn take_fenced(
+        &self,
+        slot: u32,
+        owner: &str,
+        epoch: u64,
+    ) -> Result<Option<crate::Delivery>> {
+        let fence = Fence {
+            owner: owner.into(),
+            epoch,
+        };
+        let (id, cmd) = crate::consumer::pop_call(self, slot, 1, Some(&fence));
+        let v = self.redis().run_one(id, cmd).await?;
+        let popped = crate::consumer::parse_pop(self.spec(), slot, items(v));
+        let settler = crate::consumer::Settler::spawn(self.clone());
+        Ok(popped
+            .messages
+            .into_iter()
+            .next()
+            .map(|m| crate::Delivery::new_detached(m, settler).with_fence(fence)))
+    }
+}

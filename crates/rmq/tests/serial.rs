@@ -1,0 +1,250 @@
+//! I5 Serial: in serial mode no two handlers run at once for one slot, even
+//! across owner changes; a consumer that lost a slot's lease can neither
+//! take nor settle its messages (fencing by epoch).
+#![allow(clippy::unwrap_used)]
+mod common;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use rmq::{CancellationToken, ErrorKind, Message, Outcome, TopicKind, TopicSpec};
+
+#[tokio::test]
+async fn stale_epochs_are_refused_for_pop_ack_nack_and_extend() {
+    let (_s, _c, topic) = setup_with(
+        TopicSpec::new("t", TopicKind::Priority)
+            .slots(2)
+            .lease(Duration::from_millis(400))
+            .backoff(Duration::from_millis(10), Duration::from_millis(10)),
+    )
+    .await;
+    // One message per slot.
+    let a = topic
+        .send(Message::new("a").slot_basis("x"))
+        .await
+        .unwrap()
+        .slot;
+    let other = (0..)
+        .map(|i| format!("y{i}"))
+        .find(|k| rmq::slot_of(k.as_bytes(), 2) != a)
+        .unwrap();
+    let b = topic
+        .send(Message::new("b").slot_basis(other))
+        .await
+        .unwrap()
+        .slot;
+    let ttl = Duration::from_millis(150);
+    let ea = topic.slot_lease(a, "acquire", "old", 0, ttl).await.unwrap();
+    let eb = topic.slot_lease(b, "acquire", "old", 0, ttl).await.unwrap();
+    assert!(ea.granted && eb.granted);
+    let da = topic
+        .take_fenced(a, "old", ea.epoch)
+        .await
+        .unwrap()
+        .unwrap();
+    let db = topic
+        .take_fenced(b, "old", eb.epoch)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(da.fence, Some(ea.epoch));
+    // While "old" holds the leases, "new" is refused.
+    assert!(
+        !topic
+            .slot_lease(a, "acquire", "new", 0, ttl)
+            .await
+            .unwrap()
+            .granted
+    );
+    tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+    let na = topic
+        .slot_lease(a, "acquire", "new", 0, ttl * 10)
+        .await
+        .unwrap();
+    let nb = topic
+        .slot_lease(b, "acquire", "new", 0, ttl * 10)
+        .await
+        .unwrap();
+    assert!(
+        na.granted && na.epoch > ea.epoch && nb.epoch > eb.epoch,
+        "epochs grow on a change of owner"
+    );
+
+    let before = topic.stats().await.unwrap().total;
+    assert_eq!(
+        da.extend(Duration::from_secs(5)).await.unwrap_err().kind(),
+        ErrorKind::Fenced
+    );
+    assert_eq!(db.ack().await.unwrap_err().kind(), ErrorKind::Fenced);
+    assert_eq!(
+        da.nack(None, "late").await.unwrap_err().kind(),
+        ErrorKind::Fenced
+    );
+    assert_eq!(
+        topic
+            .take_fenced(a, "old", ea.epoch)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Fenced
+    );
+    assert!(
+        !topic
+            .slot_lease(a, "renew", "old", ea.epoch, ttl)
+            .await
+            .unwrap()
+            .granted
+    );
+    assert!(
+        !topic
+            .slot_lease(a, "release", "old", ea.epoch, ttl)
+            .await
+            .unwrap()
+            .granted
+    );
+    let after = topic.stats().await.unwrap().total;
+    assert_eq!(
+        (after.in_flight, after.acked, after.retried),
+        (before.in_flight, 0, 0),
+        "nothing changed"
+    );
+
+    // The new owner takes nothing while the old delivery is in flight, and
+    // gets it (attempt 2) once its message lease has run out.
+    assert!(topic
+        .take_fenced(a, "new", na.epoch)
+        .await
+        .unwrap()
+        .is_none());
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    // The first look rolls the expired delivery back (a retry after a 10 ms backoff).
+    let mut d = None;
+    for _ in 0..50 {
+        d = topic.take_fenced(a, "new", na.epoch).await.unwrap();
+        if d.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let d = d.expect("rolled back to the new owner");
+    assert_eq!((d.attempt, d.fence), (2, Some(na.epoch)));
+    d.ack().await.unwrap();
+}
+
+type Log = Arc<Mutex<Vec<(u32, u64, Vec<u8>, Instant, Instant)>>>;
+
+/// Handlers of one slot never overlap and keys keep their order; every message is handled.
+fn check_log(log: &Log, sent: &HashMap<Vec<u8>, Vec<u32>>) {
+    let log = log.lock().unwrap();
+    let mut by_slot: BTreeMap<u32, Vec<(Instant, Instant, u64)>> = BTreeMap::new();
+    let mut seen: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
+    for (slot, fence, payload, start, end) in log.iter() {
+        by_slot
+            .entry(*slot)
+            .or_default()
+            .push((*start, *end, *fence));
+        let (key, seq) = payload.split_at(payload.iter().position(|&b| b == b'#').unwrap());
+        let seq: u32 = std::str::from_utf8(&seq[1..]).unwrap().parse().unwrap();
+        seen.entry(key.to_vec()).or_default().push(seq);
+    }
+    for (slot, mut iv) in by_slot {
+        iv.sort();
+        for w in iv.windows(2) {
+            assert!(w[0].1 <= w[1].0, "slot {slot}: two handlers overlapped");
+            assert!(w[0].2 <= w[1].2, "slot {slot}: fencing tokens only grow");
+        }
+    }
+    for (key, seqs) in sent {
+        let got = seen.get(key).cloned().unwrap_or_default();
+        assert_eq!(
+            &got,
+            seqs,
+            "key {:?}: every message once, in order",
+            text(key)
+        );
+    }
+}
+
+#[tokio::test]
+async fn members_joining_and_leaving_never_overlap_a_slot() {
+    let (_s, _c, topic) = setup_with(
+        TopicSpec::new("t", TopicKind::FixedTime)
+            .slots(16)
+            .lease(Duration::from_secs(2)),
+    )
+    .await;
+    // 40 entities, 10 messages each, in order per entity (distinct merge keys, one slot basis).
+    let mut sent: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
+    let mut msgs = Vec::new();
+    for seq in 0..10u32 {
+        for e in 0..40 {
+            let entity = format!("e{e}");
+            msgs.push(
+                Message::new(format!("{entity}#{seq}"))
+                    .slot_basis(entity.clone())
+                    .delay(Duration::from_millis(u64::from(seq) * 5)),
+            );
+            sent.entry(entity.into_bytes()).or_default().push(seq);
+        }
+    }
+    topic.send_batch(&msgs).await.unwrap();
+    let log: Log = Arc::new(Mutex::new(Vec::new()));
+    let consumer = |stop: CancellationToken| {
+        let topic = topic.clone();
+        let log = log.clone();
+        tokio::spawn(async move {
+            topic
+                .consumer()
+                .concurrency(4)
+                .serial("g")
+                .member_timeout(Duration::from_millis(400))
+                .slot_lease(Duration::from_millis(400))
+                .shutdown_grace(Duration::from_secs(5))
+                .run(stop, move |m| {
+                    let log = log.clone();
+                    async move {
+                        let start = Instant::now();
+                        tokio::time::sleep(Duration::from_millis(5 + u64::from(m.payload[1] % 10)))
+                            .await;
+                        log.lock().unwrap().push((
+                            m.slot,
+                            m.fence.unwrap(),
+                            m.payload.clone(),
+                            start,
+                            Instant::now(),
+                        ));
+                        Outcome::Ack
+                    }
+                })
+                .await
+                .unwrap()
+        })
+    };
+    let (s1, s2, s3) = (
+        CancellationToken::new(),
+        CancellationToken::new(),
+        CancellationToken::new(),
+    );
+    let c1 = consumer(s1.clone());
+    let c2 = consumer(s2.clone());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let c3 = consumer(s3.clone()); // joins
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    s2.cancel(); // leaves gracefully
+    c2.await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while log.lock().unwrap().len() < 400 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    s1.cancel();
+    s3.cancel();
+    c1.await.unwrap();
+    c3.await.unwrap();
+    check_log(&log, &sent);
+    let st = topic.stats().await.unwrap().total;
+    assert_eq!((st.pending, st.in_flight, st.acked), (0, 0, 400));
+    let fences: std::collections::HashSet<(u32, u64)> =
+        log.lock().unwrap().iter().map(|e| (e.0, e.1)).collect();
+    assert!(fences.len() > 16, "owners changed during the run");
+}
