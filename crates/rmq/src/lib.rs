@@ -47,6 +47,13 @@
 //!   during a round, can interleave lower priorities of other slots.
 //! * A time-based message is never delivered before its due time by the
 //!   server clock.
+//! * Serial mode ([`ConsumerBuilder::serial`]): no two deliveries of one slot
+//!   are handled at once in the group; slot ownership is a lease with an
+//!   epoch checked by every pop and settle, so a consumer that lost a slot
+//!   can neither take nor settle its messages ([`ErrorKind::Fenced`]). Each
+//!   delivery carries the epoch as `fence` for fencing downstream writes.
+//!   Retries are rescheduled, so per-entity order holds while deliveries
+//!   succeed.
 //!
 //! ## Quick start
 //!
