@@ -93,6 +93,12 @@ impl Message {
             .unwrap_or_else(|| self.merge_key())
     }
 
+    /// Checks the message against a topic's definition, as a send would
+    /// before writing anything (kind's timing, ranges, sizes).
+    pub fn check(&self, topic: &TopicSpec) -> Result<()> {
+        self.spec_for(topic).map(|_| ())
+    }
+
     /// Checks the message against the topic and returns the script's spec
     /// argument (priority, due time, `+delay` or range).
     pub(crate) fn spec_for(&self, topic: &TopicSpec) -> Result<String> {

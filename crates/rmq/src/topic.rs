@@ -303,15 +303,36 @@ pub struct Topic {
     pub(crate) client: crate::Client,
     pub(crate) spec: std::sync::Arc<TopicSpec>,
     pub(crate) channel: std::sync::Arc<str>,
+    pub(crate) args: std::sync::Arc<ScriptArgs>,
+}
+
+/// The topic settings every pop and settle call passes, as strings, made once.
+#[derive(Debug)]
+pub(crate) struct ScriptArgs {
+    pub(crate) kind: &'static str,
+    pub(crate) lease: String,
+    pub(crate) max_attempts: String,
+    pub(crate) backoff: String,
+    pub(crate) backoff_max: String,
+    pub(crate) dead_max: String,
 }
 
 impl Topic {
     pub(crate) fn new(client: crate::Client, spec: TopicSpec) -> Topic {
         let channel = crate::keys::wake_channel(client.prefix(), &spec.name).into();
+        let args = std::sync::Arc::new(ScriptArgs {
+            kind: spec.kind.code(),
+            lease: spec.lease_ms.to_string(),
+            max_attempts: spec.max_attempts.to_string(),
+            backoff: spec.backoff_ms.to_string(),
+            backoff_max: spec.backoff_max_ms.to_string(),
+            dead_max: spec.dead_letters_per_slot.to_string(),
+        });
         Topic {
             client,
             spec: std::sync::Arc::new(spec),
             channel,
+            args,
         }
     }
 

@@ -13,7 +13,7 @@ use std::io::{IsTerminal, Read};
 use std::time::Duration;
 
 use clap::Args;
-use rmq::{Message, Sent, TopicKind, TopicSpec, MAX_PRIORITY};
+use rmq::{Message, Sent, TopicSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::output::{self, Out};
@@ -21,8 +21,6 @@ use crate::{connect, CliError, CliResult, Global};
 
 /// Messages per `send_batch` call.
 const CHUNK: usize = 1000;
-/// The library's longest delay or range (100 years).
-const MAX_SPAN_MS: u64 = 100 * 365 * 86_400_000;
 
 #[derive(Debug, Args)]
 pub struct SendArgs {
@@ -227,7 +225,6 @@ fn parse_lines(
         let key = l.key.or_else(|| a.key.clone());
         let basis = l.slot_basis.or_else(|| a.slot_basis.clone());
         let payload = l.payload.into_bytes();
-        check(spec, key.as_deref().map(str::as_bytes), &payload, t).map_err(&bad)?;
         let mut m = Message::new(payload);
         if let Some(k) = key {
             m = m.key(k);
@@ -235,9 +232,11 @@ fn parse_lines(
         if let Some(b) = basis {
             m = m.slot_basis(b);
         }
+        let m = t.apply(m);
+        m.check(spec).map_err(|e| bad(e.to_string()))?;
         items.push(Item {
             line: n,
-            message: t.apply(m),
+            message: m,
         });
     }
     Ok(items)
@@ -252,64 +251,6 @@ fn json_error(e: &serde_json::Error) -> String {
         None => &msg,
     };
     format!("not a valid message (column {}): {msg}", e.column())
-}
-
-/// The checks `Topic::send_batch` makes before writing (`Message` keeps
-/// them private), so that a bad line is found before any chunk is sent.
-fn check(spec: &TopicSpec, key: Option<&[u8]>, payload: &[u8], t: Timing) -> Result<(), String> {
-    let merge_key = key.unwrap_or(payload);
-    if merge_key.is_empty() {
-        return Err(
-            "a message needs a non-empty key (or, without one, a non-empty payload)".into(),
-        );
-    }
-    if payload.len() as u64 > spec.max_payload_bytes
-        || merge_key.len() as u64 > spec.max_payload_bytes
-    {
-        return Err(format!(
-            "the payload or key is larger than topic {:?} allows ({} bytes)",
-            spec.name, spec.max_payload_bytes
-        ));
-    }
-    match (spec.kind, t) {
-        (TopicKind::Priority, Timing::None) => Ok(()),
-        (TopicKind::Priority, Timing::Priority(p)) if p <= MAX_PRIORITY => Ok(()),
-        (TopicKind::Priority, Timing::Priority(p)) => Err(format!(
-            "priority {p} is out of range: use 0..={MAX_PRIORITY}"
-        )),
-        (TopicKind::FixedTime, Timing::At(ms)) if ms >= 0 => Ok(()),
-        (TopicKind::FixedTime, Timing::At(ms)) => Err(format!("due time {ms} is negative")),
-        (TopicKind::FixedTime, Timing::Delay(ms)) if ms <= MAX_SPAN_MS => Ok(()),
-        (TopicKind::FixedTime, Timing::Delay(_)) => {
-            Err("the delay is longer than 100 years".into())
-        }
-        (TopicKind::FixedTime, Timing::None) => {
-            Err("a fixed-time message needs \"at\" or \"delay\"".into())
-        }
-        (TopicKind::RangeMerge, Timing::Range(ms)) if (1..=MAX_SPAN_MS).contains(&ms) => Ok(()),
-        (TopicKind::RangeMerge, Timing::Range(_)) => {
-            Err("the range must be at least 1 ms and at most 100 years".into())
-        }
-        (TopicKind::RangeMerge, Timing::None) => {
-            Err("a range-merge message needs \"range\" (ms > 0)".into())
-        }
-        (kind, t) => Err(format!(
-            "{} does not apply to {kind} topic {:?}: give {}",
-            match t {
-                Timing::None => "no timing",
-                Timing::Priority(_) => "\"priority\"",
-                Timing::At(_) => "\"at\"",
-                Timing::Delay(_) => "\"delay\"",
-                Timing::Range(_) => "\"range\"",
-            },
-            spec.name,
-            match kind {
-                TopicKind::Priority => "\"priority\" (or nothing)",
-                TopicKind::FixedTime => "\"at\" or \"delay\"",
-                TopicKind::RangeMerge => "\"range\"",
-            }
-        )),
-    }
 }
 
 async fn send_batch(out: Out, topic: &rmq::Topic, items: &[Item]) -> CliResult {

@@ -44,28 +44,23 @@ pub(crate) fn pop_call(
     count: usize,
     fence: Option<&Fence>,
 ) -> (ScriptId, redis::Cmd) {
-    let spec = topic.spec();
+    let a = &topic.args;
     let count = count.to_string();
-    let lease = spec.lease_ms.to_string();
-    let max_attempts = spec.max_attempts.to_string();
-    let backoff = spec.backoff_ms.to_string();
-    let backoff_max = spec.backoff_max_ms.to_string();
     let jitter = rand::random::<f64>().to_string();
-    let dead_max = spec.dead_letters_per_slot.to_string();
     let slot_s = slot.to_string();
     let epoch = fence.map(|f| f.epoch.to_string()).unwrap_or_default();
     let owner: &str = fence.map(|f| &*f.owner).unwrap_or("");
     let args: [&[u8]; 12] = [
-        spec.kind.code().as_bytes(),
+        a.kind.as_bytes(),
         count.as_bytes(),
-        lease.as_bytes(),
-        max_attempts.as_bytes(),
-        backoff.as_bytes(),
-        backoff_max.as_bytes(),
+        a.lease.as_bytes(),
+        a.max_attempts.as_bytes(),
+        a.backoff.as_bytes(),
+        a.backoff_max.as_bytes(),
         jitter.as_bytes(),
         topic.channel.as_bytes(),
         slot_s.as_bytes(),
-        dead_max.as_bytes(),
+        a.dead_max.as_bytes(),
         owner.as_bytes(),
         epoch.as_bytes(),
     ];

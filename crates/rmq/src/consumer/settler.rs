@@ -147,19 +147,14 @@ async fn run(topic: Topic, mut rx: mpsc::UnboundedReceiver<Request>) {
 }
 
 async fn flush(topic: &Topic, batch: Vec<Request>) {
-    let spec = topic.spec();
     // One call per slot and fence (serial deliveries carry their lease epoch).
     let mut by_slot: BTreeMap<(u32, Option<FenceKey>), Vec<Request>> = BTreeMap::new();
     for r in batch {
         let f = r.fence.as_ref().map(|f| (f.owner.clone(), f.epoch));
         by_slot.entry((r.slot, f)).or_default().push(r);
     }
-    let kind = spec.kind.code().as_bytes();
-    let max_attempts = spec.max_attempts.to_string();
-    let backoff = spec.backoff_ms.to_string();
-    let backoff_max = spec.backoff_max_ms.to_string();
+    let a = &topic.args;
     let jitter = rand::random::<f64>().to_string();
-    let dead_max = spec.dead_letters_per_slot.to_string();
     let mut calls = Vec::new();
     let mut groups: Vec<Vec<Request>> = Vec::new();
     for ((slot, fence), reqs) in by_slot {
@@ -184,14 +179,14 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
                 })
                 .collect();
             let mut args: Vec<&[u8]> = vec![
-                kind,
-                max_attempts.as_bytes(),
-                backoff.as_bytes(),
-                backoff_max.as_bytes(),
+                a.kind.as_bytes(),
+                a.max_attempts.as_bytes(),
+                a.backoff.as_bytes(),
+                a.backoff_max.as_bytes(),
                 jitter.as_bytes(),
                 topic.channel.as_bytes(),
                 slot_s.as_bytes(),
-                dead_max.as_bytes(),
+                a.dead_max.as_bytes(),
                 owner.as_bytes(),
                 epoch.as_bytes(),
             ];
