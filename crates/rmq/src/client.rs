@@ -298,6 +298,27 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// Refuses servers older than 7.0 (script flags, ZMSCORE, ZRANGE REV).
+fn check_version(info_server: &str) -> Result<()> {
+    let version = info_server
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("0")
+        .trim();
+    let major: u32 = version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    if major < 7 {
+        return Err(Error::new(
+            ErrorKind::UnsupportedServer,
+            format!("Redis {version} is too old: rmq needs Redis 7.0 or newer (script flags, ZMSCORE, ZRANGE REV)"),
+        ));
+    }
+    Ok(())
+}
+
 async fn preflight(redis: &Redis, options: &ClientOptions) -> Result<()> {
     let mut conn = redis.conn.clone();
     let info: String = redis::cmd("INFO")
@@ -346,7 +367,18 @@ async fn preflight(redis: &Redis, options: &ClientOptions) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{check_version, redact};
+    use crate::ErrorKind;
+
+    #[test]
+    fn servers_older_than_7_are_refused() {
+        let e = check_version("# Server\r\nredis_version:6.2.14\r\n").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnsupportedServer);
+        assert!(e.to_string().contains("7.0 or newer"));
+        assert!(check_version("redis_version:7.0.15\r\n").is_ok());
+        assert!(check_version("redis_version:9.1.2\r\n").is_ok());
+        assert!(check_version("no version here").is_err());
+    }
 
     #[test]
     fn passwords_are_redacted() {
