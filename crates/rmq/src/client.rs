@@ -325,23 +325,7 @@ async fn preflight(redis: &Redis, options: &ClientOptions) -> Result<()> {
         .arg("server")
         .query_async(&mut conn)
         .await?;
-    let version = info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or("0")
-        .trim()
-        .to_string();
-    let major: u32 = version
-        .split('.')
-        .next()
-        .and_then(|m| m.parse().ok())
-        .unwrap_or(0);
-    if major < 7 {
-        return Err(Error::new(
-            ErrorKind::UnsupportedServer,
-            format!("Redis {version} is too old: rmq needs Redis 7.0 or newer (script flags, ZRANGE REV)"),
-        ));
-    }
+    check_version(&info)?;
     let policy: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("maxmemory-policy")
