@@ -272,19 +272,35 @@ impl Topic {
         };
         match which {
             DeadSelection::Key(key) => {
+                // Every slot: a message sent with a slot basis lives apart from its key's hash.
                 self.check_key(&key)?;
-                let slot = self.slot_of(&key);
-                let s = slot.to_string();
-                let args: [&[u8]; 6] = [
-                    kind,
-                    self.channel.as_bytes(),
-                    s.as_bytes(),
-                    b"0",
-                    b"1",
-                    &key,
-                ];
-                let cmd = scripts::call(ScriptId::DeadRequeue, &self.slot_keys(slot), &args);
-                run(self.redis().run_one(ScriptId::DeadRequeue, cmd).await?);
+                for chunk in (0..self.spec.slots)
+                    .collect::<Vec<_>>()
+                    .chunks(SLOTS_PER_ROUND)
+                {
+                    let slot_names: Vec<String> = chunk.iter().map(|s| s.to_string()).collect();
+                    let calls = chunk
+                        .iter()
+                        .zip(&slot_names)
+                        .map(|(&slot, s)| {
+                            let args: [&[u8]; 6] = [
+                                kind,
+                                self.channel.as_bytes(),
+                                s.as_bytes(),
+                                b"0",
+                                b"1",
+                                &key,
+                            ];
+                            (
+                                ScriptId::DeadRequeue,
+                                scripts::call(ScriptId::DeadRequeue, &self.slot_keys(slot), &args),
+                            )
+                        })
+                        .collect();
+                    for r in self.redis().run(calls).await? {
+                        run(r?);
+                    }
+                }
             }
             DeadSelection::All => {
                 for slot in 0..self.spec.slots {
@@ -316,11 +332,10 @@ impl Topic {
         match which {
             DeadSelection::Key(key) => {
                 self.check_key(&key)?;
-                let slot = self.slot_of(&key);
                 let args: [&[u8]; 3] = [b"0", b"1", &key];
-                let cmd = scripts::call(ScriptId::DeadPurge, &self.slot_keys(slot), &args);
-                let v = self.redis().run_one(ScriptId::DeadPurge, cmd).await?;
-                purged += u64::try_from(as_int(&v).unwrap_or(0)).unwrap_or(0);
+                for r in self.per_slot(ScriptId::DeadPurge, &args).await? {
+                    purged += u64::try_from(as_int(&r).unwrap_or(0)).unwrap_or(0);
+                }
             }
             DeadSelection::All => {
                 for slot in 0..self.spec.slots {

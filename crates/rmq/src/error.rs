@@ -49,6 +49,7 @@ pub enum ErrorKind {
 pub struct Error {
     kind: ErrorKind,
     message: String,
+    retryable: bool,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
@@ -60,6 +61,18 @@ impl Error {
         Error {
             kind,
             message: message.into(),
+            retryable: kind == ErrorKind::Connection,
+            source: None,
+        }
+    }
+
+    /// A copy of kind, message and retryability (the source stays behind):
+    /// for handing one failure to several waiting callers.
+    pub(crate) fn duplicate(&self) -> Self {
+        Error {
+            kind: self.kind,
+            message: self.message.clone(),
+            retryable: self.retryable,
             source: None,
         }
     }
@@ -72,14 +85,7 @@ impl Error {
     /// True when the same call may succeed later without any change
     /// (connection loss, timeouts, a server that is loading or out of memory).
     pub fn is_retryable(&self) -> bool {
-        match self.kind {
-            ErrorKind::Connection => true,
-            ErrorKind::Redis => self.source.as_ref().is_some_and(|s| {
-                s.downcast_ref::<redis::RedisError>()
-                    .is_some_and(redis_error_is_transient)
-            }),
-            _ => false,
-        }
+        self.retryable
     }
 
     /// Decodes a per-message refusal code of the send script.
@@ -166,6 +172,7 @@ impl From<redis::RedisError> for Error {
         Error {
             kind,
             message,
+            retryable: kind == ErrorKind::Connection || redis_error_is_transient(&e),
             source: Some(Box::new(e)),
         }
     }

@@ -98,7 +98,7 @@ pub use client::{redact, Client, ClientOptions};
 pub use consumer::{ConsumerBuilder, Deliveries, Delivery, Outcome, RunReport, Settled};
 pub use error::{Error, ErrorKind, Result};
 pub use group::{Coordinator, LeaseReply};
-pub use message::{Message, Received, Sent};
+pub use message::{Message, Received, Sent, MAX_TIME_MS};
 pub use producer::BatchReport;
 pub use slot::slot_of;
 pub use tokio_util::sync::CancellationToken;

@@ -6,6 +6,12 @@ use std::time::Duration;
 use crate::error::{Error, ErrorKind, Result};
 use crate::topic::{TopicKind, TopicSpec, MAX_PRIORITY};
 
+/// The largest due time (Unix ms): 2^53 - 1, so that every score is exact.
+pub const MAX_TIME_MS: i64 = (1 << 53) - 1;
+
+/// The longest delay, range, retry delay or lease extension (100 years).
+pub(crate) const MAX_SPAN_MS: u64 = 100 * 365 * 86_400_000;
+
 /// When a message is due, or how it ranks; which one applies depends on the
 /// topic's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,20 +142,20 @@ impl Message {
             (TopicKind::Priority, Timing::Priority(p)) => bad(format!(
                 "priority {p} is out of range: use 0..={MAX_PRIORITY}"
             )),
-            (TopicKind::FixedTime, Timing::At(ms)) if ms >= 0 => Ok(ms.to_string()),
-            (TopicKind::FixedTime, Timing::At(ms)) => bad(format!("due time {ms} is negative")),
-            (TopicKind::FixedTime, Timing::Delay(ms)) if ms <= 100 * 365 * 86_400_000 => {
-                Ok(format!("+{ms}"))
+            (TopicKind::FixedTime, Timing::At(ms)) if (0..=MAX_TIME_MS).contains(&ms) => {
+                Ok(ms.to_string())
             }
+            (TopicKind::FixedTime, Timing::At(ms)) => bad(format!(
+                "due time {ms} is out of range: use Unix milliseconds from 0 to {MAX_TIME_MS}"
+            )),
+            (TopicKind::FixedTime, Timing::Delay(ms)) if ms <= MAX_SPAN_MS => Ok(format!("+{ms}")),
             (TopicKind::FixedTime, Timing::Delay(_)) => {
                 bad("the delay is longer than 100 years".into())
             }
             (TopicKind::FixedTime, Timing::None) => {
                 bad("a fixed-time message needs a due time (at) or a delay".into())
             }
-            (TopicKind::RangeMerge, Timing::Range(ms))
-                if (1..=100 * 365 * 86_400_000).contains(&ms) =>
-            {
+            (TopicKind::RangeMerge, Timing::Range(ms)) if (1..=MAX_SPAN_MS).contains(&ms) => {
                 Ok(ms.to_string())
             }
             (TopicKind::RangeMerge, Timing::Range(_)) => {

@@ -119,7 +119,7 @@ impl Topic {
                 }
                 Err(e) => {
                     for &i in &members {
-                        results[i] = Some(Err(Error::new(e.kind(), e.to_string())));
+                        results[i] = Some(Err(e.duplicate()));
                     }
                 }
             }

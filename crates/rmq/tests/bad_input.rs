@@ -174,3 +174,41 @@ async fn an_evicting_server_is_refused_unless_allowed() {
     };
     Client::connect_with(&server.url(), opts).await.unwrap();
 }
+
+#[tokio::test]
+async fn extreme_times_and_delays_are_refused_or_bounded() {
+    let (_s, client, prio) = setup(TopicKind::Priority, 1).await;
+    let fixed = client
+        .define_topic(TopicSpec::new("f", TopicKind::FixedTime))
+        .await
+        .unwrap();
+    let e = fixed
+        .send(Message::new("x").at_ms(i64::MAX))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(fixed.stats().await.unwrap().total.sent, 0);
+    // A huge retry delay or extension is bounded, never a broken score.
+    prio.send(Message::new("m")).await.unwrap();
+    let d = prio.take(1).await.unwrap().pop().unwrap();
+    d.extend(Duration::MAX).await.unwrap();
+    d.nack(Some(Duration::MAX), "much later").await.unwrap();
+    let st = prio.stats().await.unwrap().total;
+    assert_eq!((st.retry_waiting, st.in_flight), (1, 0));
+    assert!(prio.take(1).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn taking_more_than_a_script_can_unpack_strands_nothing() {
+    let (_s, _c, topic) = setup(TopicKind::Priority, 1).await;
+    let msgs: Vec<_> = (0..2_500).map(|i| Message::new(format!("m{i}"))).collect();
+    topic.send_batch(&msgs).await.unwrap();
+    let got = topic.take(10_000).await.unwrap();
+    assert_eq!(got.len(), 2_500);
+    let st = topic.stats().await.unwrap().total;
+    assert_eq!((st.pending, st.in_flight), (0, 2_500));
+    for d in got {
+        d.release().await.unwrap();
+    }
+    assert_eq!(topic.stats().await.unwrap().total.pending, 2_500);
+}

@@ -124,6 +124,7 @@ async fn out_of_memory_refuses_sends_whole_and_still_lets_consumers_ack() {
             Ok(_) => accepted += 1,
             Err(e) => {
                 assert!(e.to_string().contains("memory"), "{e}");
+                assert!(e.is_retryable(), "OOM is transient: {e:?}");
                 refused = true;
                 break;
             }

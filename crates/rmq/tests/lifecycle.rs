@@ -220,3 +220,49 @@ async fn a_priority_retry_wakes_the_consumer_when_its_backoff_ends() {
     assert_eq!(d.attempt, 2);
     d.ack().await.unwrap();
 }
+
+#[tokio::test]
+async fn dead_letters_of_messages_with_a_slot_basis_can_be_requeued_by_key() {
+    let (_s, _c, topic) = setup_with(spec(TopicKind::Priority).slots(8)).await;
+    // Find a basis whose slot differs from the key's own.
+    let basis = (0..)
+        .map(|i| format!("b{i}"))
+        .find(|b| topic.slot_of(b.as_bytes()) != topic.slot_of(b"k"))
+        .unwrap();
+    topic
+        .send(Message::new("m").key("k").slot_basis(basis))
+        .await
+        .unwrap();
+    topic
+        .take(1)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap()
+        .dead("bad")
+        .await
+        .unwrap();
+    assert_eq!(
+        topic
+            .requeue_dead(DeadSelection::Key(b"k".to_vec()))
+            .await
+            .unwrap(),
+        (1, 0)
+    );
+    topic
+        .take(1)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap()
+        .dead("bad again")
+        .await
+        .unwrap();
+    assert_eq!(
+        topic
+            .purge_dead(DeadSelection::Key(b"k".to_vec()))
+            .await
+            .unwrap(),
+        1
+    );
+}

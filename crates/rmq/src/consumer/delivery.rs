@@ -57,6 +57,8 @@ impl Drop for Claim {
                 }
             }
         }
+        // The slot may have more work now that its delivery ended.
+        self.shared.schedule().wake_at(self.slot, 0);
         self.shared.notify.notify_one();
     }
 }
@@ -90,6 +92,10 @@ impl Delivery {
         claim: Option<Claim>,
     ) -> Self {
         let fence = claim.as_ref().map(|c| c.fence.clone());
+        let mut msg = msg;
+        if let Some(f) = &fence {
+            msg.fence = Some(f.epoch);
+        }
         Delivery {
             msg,
             settler,
@@ -166,7 +172,9 @@ impl Delivery {
     /// keeping its priority or time semantics; after the last attempt it
     /// goes to the dead letters with `error`.
     pub async fn nack(self, delay: Option<Duration>, error: &str) -> Result<Settled> {
-        let delay_ms = delay.map_or(-1, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let delay_ms = delay.map_or(-1, |d| {
+            i64::try_from(d.as_millis().min(u128::from(crate::message::MAX_SPAN_MS))).unwrap_or(0)
+        });
         self.end(Op::Nack {
             delay_ms,
             error: error.to_string(),
@@ -189,10 +197,20 @@ impl Delivery {
         self.end(Op::Release).await.map(|_| ())
     }
 
+    /// Gives the message back without waiting (used where nothing can be awaited).
+    pub(crate) fn release_detached(mut self) {
+        self.ended = true;
+        let m = &self.msg;
+        self.settler
+            .settle_detached(m.slot, m.key.clone(), m.token, self.fence(), Op::Release);
+    }
+
     /// Extends the lease: it now ends `by` from now (server clock).
     pub async fn extend(&self, by: Duration) -> Result<()> {
         let m = &self.msg;
-        let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX).max(1);
+        let ms = u64::try_from(by.as_millis())
+            .unwrap_or(u64::MAX)
+            .clamp(1, crate::message::MAX_SPAN_MS);
         self.settler
             .settle(
                 m.slot,

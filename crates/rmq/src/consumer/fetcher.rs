@@ -137,7 +137,10 @@ pub(crate) async fn fetch_loop(
             let allowed = shared.ownership.as_ref().map(|o| shared.own(o).takeable());
             let (ready, wait) = {
                 let s = shared.lock();
-                (s.ready(fanout, allowed.as_ref()), s.ms_until_next())
+                (
+                    s.ready(fanout, allowed.as_ref()),
+                    s.ms_until_next(allowed.as_ref()),
+                )
             };
             if !ready.is_empty() {
                 break ready;
@@ -158,19 +161,25 @@ pub(crate) async fn fetch_loop(
         let n = slots.len().min(cap);
         let mut fences = Vec::with_capacity(n);
         let mut calls = Vec::with_capacity(n);
+        let mut chosen = Vec::with_capacity(n);
         for (i, &slot) in slots.iter().take(n).enumerate() {
             let fence = shared
                 .ownership
                 .as_ref()
                 .and_then(|o| shared.own(o).fence(slot));
+            if serial && fence.is_none() {
+                continue; // lost since it was chosen: never pop it unfenced
+            }
             let count = if serial {
                 1
             } else {
                 cap / n + usize::from(i < cap % n)
             };
+            chosen.push(slot);
             calls.push(pop_call(&topic, slot, count, fence.as_ref()));
             fences.push(fence);
         }
+        let since = shared.lock().generation();
         let replies = match topic.redis().run(calls).await {
             Ok(r) => {
                 error_backoff = Duration::from_millis(50);
@@ -189,20 +198,20 @@ pub(crate) async fn fetch_loop(
             }
         };
         let mut out = Vec::new();
-        for ((&slot, reply), fence) in slots.iter().zip(replies).zip(fences) {
+        for ((&slot, reply), fence) in chosen.iter().zip(replies).zip(fences) {
             let a = match reply {
                 Ok(v) => items(v),
                 Err(e) => {
                     if e.kind() == ErrorKind::Fenced {
                         tracing::info!(topic = %spec.name, slot, "slot lease lost: {e}");
-                        if let Some(o) = shared.ownership.as_ref() {
-                            shared.own(o).lose(slot);
+                        if let (Some(o), Some(f)) = (shared.ownership.as_ref(), fence.as_ref()) {
+                            shared.own(o).lose_epoch(slot, f.epoch);
                         }
                     } else {
                         tracing::error!(topic = %spec.name, slot, "taking messages failed: {e}");
                         let mut s = shared.lock();
                         let now = s.server_now();
-                        s.after_pop(slot, None, None, Some(now + 1_000), now);
+                        s.after_pop(slot, since, None, None, Some(now + 1_000), now);
                     }
                     continue;
                 }
@@ -211,19 +220,37 @@ pub(crate) async fn fetch_loop(
             {
                 let mut s = shared.lock();
                 s.observe_server_time(popped.now);
-                s.after_pop(slot, popped.head, popped.retry, popped.lease, popped.now);
+                s.after_pop(
+                    slot,
+                    since,
+                    popped.head,
+                    popped.retry,
+                    popped.lease,
+                    popped.now,
+                );
             }
-            for mut msg in popped.messages {
-                msg.fence = fence.as_ref().map(|f| f.epoch);
-                let claim = fence
-                    .as_ref()
-                    .and_then(|f| Claim::take(&shared, slot, f.clone()));
-                out.push((msg, claim));
+            for msg in popped.messages {
+                out.push((msg, fence.clone()));
             }
         }
-        for (msg, claim) in out {
+        for (msg, fence) in out {
             let permit = held.pop();
-            let d = Delivery::new(msg, settler.clone(), permit, claim);
+            let slot = msg.slot;
+            let d = match fence {
+                None => Delivery::new(msg, settler.clone(), permit, None),
+                Some(f) => match Claim::take(&shared, slot, f.clone()) {
+                    Some(claim) => Delivery::new(msg, settler.clone(), permit, Some(claim)),
+                    None => {
+                        // The lease was given up while the pop was on its way:
+                        // hand nothing out, give the message back under its fence.
+                        let _ = Delivery::new(msg, settler.clone(), None, None)
+                            .with_fence(f)
+                            .release()
+                            .await;
+                        continue;
+                    }
+                },
+            };
             if let Err(mpsc::error::SendError(d)) = tx.send(d).await {
                 let _ = d.release().await;
             }
@@ -239,6 +266,7 @@ async fn survey(topic: &Topic, shared: &Shared, slots: &[u32]) -> bool {
             .iter()
             .map(|&slot| pop_call(topic, slot, 0, None))
             .collect();
+        let since = shared.lock().generation();
         let replies = match topic.redis().run(calls).await {
             Ok(r) => r,
             Err(e) => {
@@ -252,12 +280,12 @@ async fn survey(topic: &Topic, shared: &Shared, slots: &[u32]) -> bool {
                 Ok(v) => {
                     let p = parse_pop(topic.spec(), slot, items(v));
                     s.observe_server_time(p.now);
-                    s.after_pop(slot, p.head, p.retry, p.lease, p.now);
+                    s.after_pop(slot, since, p.head, p.retry, p.lease, p.now);
                 }
                 Err(e) => {
                     tracing::error!(topic = %topic.name(), slot, "looking at a slot failed: {e}");
                     let now = s.server_now();
-                    s.after_pop(slot, None, None, Some(now + 1_000), now);
+                    s.after_pop(slot, since, None, None, Some(now + 1_000), now);
                 }
             }
         }

@@ -109,6 +109,10 @@ impl Shared {
         self.schedule.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    pub(crate) fn schedule(&self) -> MutexGuard<'_, Schedule> {
+        self.lock()
+    }
+
     pub(crate) fn own<'a>(&self, o: &'a Mutex<Ownership>) -> MutexGuard<'a, Ownership> {
         o.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -155,20 +159,36 @@ impl Topic {
     /// and tests; a long-running consumer should use [`Topic::consumer`].
     pub async fn take(&self, max: usize) -> Result<Vec<Delivery>> {
         let settler = settler::Settler::spawn(self.clone());
-        let mut out = Vec::new();
+        let mut out: Vec<Delivery> = Vec::new();
         for slot in 0..self.spec().slots {
-            if out.len() >= max {
-                break;
+            // Per call at most 1000 (the pop script's own limit).
+            loop {
+                let want = (max - out.len()).min(1_000);
+                if want == 0 {
+                    break;
+                }
+                let (id, cmd) = fetcher::pop_call(self, slot, want, None);
+                let v = match self.redis().run_one(id, cmd).await {
+                    Ok(v) => v,
+                    Err(e) => {
+                        for d in out {
+                            let _ = d.release().await;
+                        }
+                        return Err(e);
+                    }
+                };
+                let popped = fetcher::parse_pop(self.spec(), slot, crate::value::items(v));
+                let got = popped.messages.len();
+                out.extend(
+                    popped
+                        .messages
+                        .into_iter()
+                        .map(|m| Delivery::new(m, settler.clone(), None, None)),
+                );
+                if got < want {
+                    break;
+                }
             }
-            let (id, cmd) = fetcher::pop_call(self, slot, max - out.len(), None);
-            let v = self.redis().run_one(id, cmd).await?;
-            let popped = fetcher::parse_pop(self.spec(), slot, crate::value::items(v));
-            out.extend(
-                popped
-                    .messages
-                    .into_iter()
-                    .map(|m| Delivery::new(m, settler.clone(), None, None)),
-            );
         }
         Ok(out)
     }
@@ -397,21 +417,45 @@ where
     tokio::pin!(fut);
     let period = (lease / 3).max(Duration::from_millis(1));
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    let outcome = loop {
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    enum Stop {
+        Hard,
+        Lost,
+    }
+    // Extensions run alongside the handler, so that a slow Redis never
+    // keeps the handler, a shutdown or a lost lease from being noticed.
+    let mut extending: Option<Pin<Box<dyn Future<Output = Result<()>> + Send + '_>>> = None;
+    let ended = loop {
         tokio::select! {
-            o = &mut fut => break o,
-            _ = tick.tick(), if auto_extend => {
-                if let Err(e) = d.extend(lease).await {
+            o = &mut fut => break Ok(o),
+            _ = tick.tick(), if auto_extend && extending.is_none() => {
+                extending = Some(Box::pin(d.extend(lease)));
+            }
+            r = async { extending.as_mut().expect("guarded").await }, if extending.is_some() => {
+                extending = None;
+                if let Err(e) = r {
                     tracing::warn!("could not extend a lease: {e}");
                 }
             }
-            _ = hard.cancelled() => {
-                return match d.release().await { Ok(()) => Ended::Released, Err(_) => Ended::Failed };
-            }
-            _ = d.lease_lost() => {
-                tracing::warn!(slot = d.slot, "slot lease lost: handler stopped, its message goes to the new owner");
-                return Ended::Failed;
-            }
+            _ = hard.cancelled() => break Err(Stop::Hard),
+            _ = d.lease_lost() => break Err(Stop::Lost),
+        }
+    };
+    drop(extending);
+    let outcome = match ended {
+        Ok(o) => o,
+        Err(Stop::Hard) => {
+            return match d.release().await {
+                Ok(()) => Ended::Released,
+                Err(_) => Ended::Failed,
+            };
+        }
+        Err(Stop::Lost) => {
+            tracing::warn!(
+                slot = d.slot,
+                "slot lease lost: handler stopped, its message goes to the new owner"
+            );
+            return Ended::Failed;
         }
     };
     let r = match outcome {
@@ -443,6 +487,11 @@ impl Deliveries {
     /// Deliveries still held can no longer be settled after this.
     pub async fn close(mut self) {
         self.stop.cancel();
+        // Taken but never handed out: give back untouched (no attempt counted).
+        self.rx.close();
+        while let Ok(d) = self.rx.try_recv() {
+            let _ = d.release().await;
+        }
         if let Some((stop, handle)) = self.keeper.take() {
             stop.cancel();
             let _ = tokio::time::timeout(Duration::from_secs(10), handle).await;
@@ -452,6 +501,11 @@ impl Deliveries {
 
 impl Drop for Deliveries {
     fn drop(&mut self) {
+        self.stop.cancel();
+        self.rx.close();
+        while let Ok(d) = self.rx.try_recv() {
+            d.release_detached();
+        }
         if let Some((stop, _)) = &self.keeper {
             stop.cancel();
         }

@@ -19,6 +19,8 @@ struct SlotHint {
     best: Option<i64>,
     /// Not looked at since the last (re)start or rescan.
     unknown: bool,
+    /// Generation of the last notice about this slot.
+    noticed: u64,
 }
 
 /// Per-slot hints and the estimate of the server clock.
@@ -28,6 +30,8 @@ pub(crate) struct Schedule {
     slots: Vec<SlotHint>,
     /// server ms - local ms, from the last reply.
     offset_ms: i64,
+    /// Counts notices, so a reply can tell whether one came in meanwhile.
+    generation: u64,
 }
 
 pub(crate) fn local_ms() -> i64 {
@@ -46,11 +50,13 @@ impl Schedule {
                 SlotHint {
                     next: Some(0),
                     best: None,
-                    unknown: true
+                    unknown: true,
+                    noticed: 0
                 };
                 slots as usize
             ],
             offset_ms: 0,
+            generation: 0,
         }
     }
 
@@ -82,9 +88,19 @@ impl Schedule {
     }
 
     /// Records what a pop reply said about a slot.
+    /// The current notice generation: pass it to [`Schedule::after_pop`]
+    /// for a call sent now.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Records what a pop (sent at notice generation `since`) said about a
+    /// slot. A notice that arrived after the pop was sent is kept, since the
+    /// reply may predate it.
     pub(crate) fn after_pop(
         &mut self,
         slot: u32,
+        since: u64,
         head: Option<i64>,
         retry: Option<i64>,
         lease: Option<i64>,
@@ -97,18 +113,27 @@ impl Schedule {
             TopicKind::Priority => head.map(|_| now),
             _ => head,
         };
-        h.next = [head_ready, retry, lease].into_iter().flatten().min();
-        h.best = if self.kind == TopicKind::Priority {
+        let next = [head_ready, retry, lease].into_iter().flatten().min();
+        let best = if self.kind == TopicKind::Priority {
             head
         } else {
             None
         };
+        if h.noticed > since {
+            h.next = [h.next, next].into_iter().flatten().min();
+            h.best = h.best.max(best);
+        } else {
+            h.next = next;
+            h.best = best;
+        }
         h.unknown = false;
     }
 
     /// Records a wake-up notification: slot's new head has this score.
     pub(crate) fn notify(&mut self, slot: u32, score: i64) {
         let now = self.server_now();
+        self.generation += 1;
+        let generation = self.generation;
         let Some(h) = self.slots.get_mut(slot as usize) else {
             return;
         };
@@ -118,6 +143,7 @@ impl Schedule {
             score
         };
         h.next = Some(h.next.map_or(at, |n| n.min(at)));
+        h.noticed = generation;
         if self.kind == TopicKind::Priority {
             h.best = Some(h.best.map_or(score, |b| b.max(score)));
         }
@@ -125,8 +151,11 @@ impl Schedule {
 
     /// Records that something in the slot becomes ready at server time `ms`.
     pub(crate) fn wake_at(&mut self, slot: u32, ms: i64) {
+        self.generation += 1;
+        let generation = self.generation;
         if let Some(h) = self.slots.get_mut(slot as usize) {
             h.next = Some(h.next.map_or(ms, |n| n.min(ms)));
+            h.noticed = generation;
         }
     }
 
@@ -157,11 +186,18 @@ impl Schedule {
     }
 
     /// Milliseconds until the earliest known event (None: nothing known).
-    pub(crate) fn ms_until_next(&self) -> Option<i64> {
+    /// Only slots in `allowed` count when it is given (serial mode: busy and
+    /// foreign slots wake the fetcher by other means).
+    pub(crate) fn ms_until_next(
+        &self,
+        allowed: Option<&std::collections::HashSet<u32>>,
+    ) -> Option<i64> {
         let now = self.server_now();
         self.slots
             .iter()
-            .filter_map(|h| h.next)
+            .enumerate()
+            .filter(|(i, _)| allowed.is_none_or(|a| a.contains(&(*i as u32))))
+            .filter_map(|(_, h)| h.next)
             .min()
             .map(|n| (n - now).max(0))
     }
@@ -175,12 +211,12 @@ mod tests {
     fn priority_slots_are_visited_best_first() {
         let mut s = Schedule::new(TopicKind::Priority, 4);
         let now = s.server_now();
-        s.after_pop(0, Some(5 << 32), None, None, now);
-        s.after_pop(1, Some(9 << 32), None, None, now);
-        s.after_pop(2, None, None, None, now);
-        s.after_pop(3, None, Some(now + 60_000), None, now);
+        s.after_pop(0, 0, Some(5 << 32), None, None, now);
+        s.after_pop(1, 0, Some(9 << 32), None, None, now);
+        s.after_pop(2, 0, None, None, None, now);
+        s.after_pop(3, 0, None, Some(now + 60_000), None, now);
         assert_eq!(s.ready(10, None), vec![1, 0]);
-        assert!(s.ms_until_next() == Some(0));
+        assert!(s.ms_until_next(None) == Some(0));
     }
 
     #[test]
@@ -188,7 +224,7 @@ mod tests {
         let mut s = Schedule::new(TopicKind::FixedTime, 2);
         assert_eq!(s.unknown(), vec![0, 1]);
         let now = s.server_now();
-        s.after_pop(0, None, None, None, now);
+        s.after_pop(0, 0, None, None, None, now);
         assert_eq!(s.unknown(), vec![1]);
         s.mark_all();
         assert_eq!(s.unknown(), vec![0, 1]);
@@ -198,10 +234,10 @@ mod tests {
     fn time_slots_sleep_until_the_earliest_due() {
         let mut s = Schedule::new(TopicKind::FixedTime, 2);
         let now = s.server_now();
-        s.after_pop(0, Some(now + 5_000), None, None, now);
-        s.after_pop(1, None, None, Some(now + 2_000), now);
+        s.after_pop(0, 0, Some(now + 5_000), None, None, now);
+        s.after_pop(1, 0, None, None, Some(now + 2_000), now);
         assert!(s.ready(10, None).is_empty());
-        let ms = s.ms_until_next().unwrap();
+        let ms = s.ms_until_next(None).unwrap();
         assert!((1_900..=2_000).contains(&ms), "{ms}");
         s.notify(0, now - 1);
         assert_eq!(s.ready(10, None), vec![0]);

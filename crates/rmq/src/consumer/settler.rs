@@ -250,7 +250,7 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
 fn reply_all(group: Vec<Request>, e: &Error) {
     for r in group {
         if let Some(tx) = r.reply {
-            let _ = tx.send(Err(Error::new(e.kind(), e.to_string())));
+            let _ = tx.send(Err(e.duplicate()));
         }
     }
 }

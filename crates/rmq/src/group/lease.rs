@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -68,6 +69,13 @@ impl Ownership {
             .collect()
     }
 
+    /// Forgets a slot if it is still held at `epoch` (a newer lease stays).
+    pub(crate) fn lose_epoch(&mut self, slot: u32, epoch: u64) {
+        if self.slots.get(&slot).is_some_and(|o| o.epoch == epoch) {
+            self.lose(slot);
+        }
+    }
+
     /// Forgets a slot and stops its handlers.
     pub(crate) fn lose(&mut self, slot: u32) {
         if let Some(o) = self.slots.remove(&slot) {
@@ -103,6 +111,34 @@ fn lease_call(
     )
 }
 
+/// Gives up, between keeper rounds too, every lease whose local validity
+/// ran out (the keeper may be stuck waiting for Redis).
+async fn watchdog(topic: Topic, shared: Arc<Shared>, every: Duration, stop: CancellationToken) {
+    let Some(own) = shared.ownership.as_ref() else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every.max(Duration::from_millis(5))) => {}
+            _ = stop.cancelled() => return,
+        }
+        let mut o = own.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let expired: Vec<u32> = o
+            .slots
+            .iter()
+            .filter(|(_, s)| s.valid_until <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for s in expired {
+            tracing::warn!(topic = %topic.name(), slot = s, "slot lease not renewed in time: giving it up");
+            o.lose(s);
+        }
+        drop(o);
+        shared.notify.notify_one();
+    }
+}
+
 /// Runs until `stop` fires, then releases every lease and leaves the group.
 pub(crate) async fn keep_leases(
     topic: Topic,
@@ -113,20 +149,36 @@ pub(crate) async fn keep_leases(
 ) {
     let tick = cfg.tick();
     let ttl_ms = cfg.lease_ttl.as_millis().to_string();
-    let margin = cfg.lease_ttl / 5;
+    // A lease counts here for half its time after the renewal was sent;
+    // renewals come every quarter and each call may take a quarter at most,
+    // so a slow or cut-off Redis makes this consumer give the slot up (and
+    // stop its handlers) well before the lease can expire in Redis.
+    let margin = cfg.lease_ttl / 2;
+    let call_limit = cfg.lease_ttl / 4;
+    tokio::spawn(watchdog(
+        topic.clone(),
+        shared.clone(),
+        cfg.lease_ttl / 10,
+        stop.clone(),
+    ));
     let Some(own) = shared.ownership.as_ref() else {
         return;
     };
     let member = own.lock().unwrap_or_else(|p| p.into_inner()).member.clone();
     loop {
         let leaving = stop.is_cancelled();
-        let members = match coordinator.heartbeat(&member, leaving).await {
-            Ok(m) => Some(m),
-            Err(e) => {
-                tracing::warn!(topic = %topic.name(), "group heartbeat failed: {e}");
-                None
-            }
-        };
+        let members =
+            match tokio::time::timeout(call_limit, coordinator.heartbeat(&member, leaving)).await {
+                Ok(Ok(m)) => Some(m),
+                Ok(Err(e)) => {
+                    tracing::warn!(topic = %topic.name(), "group heartbeat failed: {e}");
+                    None
+                }
+                Err(_) => {
+                    tracing::warn!(topic = %topic.name(), "group heartbeat timed out");
+                    None
+                }
+            };
         let plans: Vec<(u32, Plan)> = {
             let mut o = own.lock().unwrap_or_else(|p| p.into_inner());
             let now = Instant::now();
@@ -172,7 +224,15 @@ pub(crate) async fn keep_leases(
             })
             .collect();
         let sent_at = Instant::now();
-        match topic.redis().run(calls).await {
+        let result = match tokio::time::timeout(call_limit, topic.redis().run(calls)).await {
+            Ok(r) => r,
+            Err(_) => Err(crate::error::Error::new(
+                crate::error::ErrorKind::Connection,
+                "renewing slot leases timed out",
+            )),
+        };
+        let mut acquired = Vec::new();
+        match result {
             Ok(replies) => {
                 let mut o = own.lock().unwrap_or_else(|p| p.into_inner());
                 for ((slot, plan), reply) in plans.into_iter().zip(replies) {
@@ -186,6 +246,7 @@ pub(crate) async fn keep_leases(
                     match (plan, ok, epoch) {
                         (Plan::Acquire, true, Some(epoch)) => {
                             tracing::debug!(topic = %topic.name(), slot, epoch, "slot acquired");
+                            acquired.push(slot);
                             o.slots.insert(
                                 slot,
                                 Owned {
@@ -210,6 +271,13 @@ pub(crate) async fn keep_leases(
                 }
             }
             Err(e) => tracing::warn!(topic = %topic.name(), "renewing slot leases failed: {e}"),
+        }
+        if !acquired.is_empty() {
+            // Look at newly owned slots at once, whatever was known of them.
+            let mut sched = shared.schedule();
+            for slot in acquired {
+                sched.wake_at(slot, 0);
+            }
         }
         shared.notify.notify_one();
         if leaving {

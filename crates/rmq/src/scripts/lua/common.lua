@@ -25,6 +25,9 @@
 -- first write, because a Lua error does not roll back earlier writes.
 
 local TWO32 = 4294967296
+-- Largest due time or delay end accepted (ms): scores stay exact doubles and
+-- fit Redis' integer replies (2^53 - 1).
+local MAX_TIME = 9007199254740991
 
 local K = {
   q = KEYS[1], d = KEYS[2], f = KEYS[3], n = KEYS[4],
@@ -194,8 +197,17 @@ end
 local function fail(kind, key, err, delay, now, cfg, c, jitter)
   local meta = redis.call('HGET', K.a, key)
   local p = redis.call('HGET', K.d, key)
-  redis.call('ZREM', K.f, key)
   local parked = redis.call('HGET', K.n, key)
+  if delay ~= delay or delay > MAX_TIME - now then
+    delay = MAX_TIME - now
+  end
+  if meta and p then
+    local old_dead = redis.call('HGET', K.X, key)
+    if old_dead then
+      dead_parse(old_dead)
+    end
+  end
+  redis.call('ZREM', K.f, key)
   if not meta or not p then
     redis.call('HDEL', K.a, key)
     redis.call('HDEL', K.d, key)

@@ -27,9 +27,9 @@ if op == 'acquire' then
   if live and cur_owner ~= owner then
     return { 0, cur_owner, cur_until, now }
   end
-  if not (live and cur_owner == owner) then
-    cur_epoch = tostring(redis.call('HINCRBY', K.l, 'epoch', 1))
-  end
+  -- A new epoch on every acquire, even by the same owner: a consumer that
+  -- gave a slot up locally must not find its old deliveries valid again.
+  cur_epoch = tostring(redis.call('HINCRBY', K.l, 'epoch', 1))
   local u = now + ttl
   redis.call('HSET', K.l, 'owner', owner, 'until', fmt(u))
   return { 1, cur_epoch, u, now }

@@ -6,7 +6,7 @@
 -- Returns: { now, then per message: key, payload, attempts, score }
 
 local kind = ARGV[1]
-local limit = tonumber(ARGV[2])
+local limit = math.min(tonumber(ARGV[2]) or 0, 1000)
 local now = now_ms()
 local res = { now }
 if limit <= 0 then

@@ -14,11 +14,14 @@
 -- Before taking, it rolls back expired leases (as failed attempts) and moves
 -- priority retries whose backoff is over back to the pending set.
 -- Returns: { now, head score or false, next retry ms or false, next lease deadline or false,
+--            (head is false when the caller may not take now: the slot is leased by a
+--            serial owner, or in serial mode something of the slot is in flight),
 --            reclaimed count, then per message: key, payload, attempt, score, token }
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
 local kind = ARGV[1]
-local count = tonumber(ARGV[2])
+-- At most 1000 per call: Lua's unpack is limited (about 8000 values).
+local count = math.min(tonumber(ARGV[2]) or 0, 1000)
 local lease = tonumber(ARGV[3])
 local cfg = {
   max_attempts = tonumber(ARGV[4]),
@@ -40,8 +43,10 @@ local fence_ok, leased = lease_check(owner, epoch, now)
 if not fence_ok then
   return fenced_reply(slot, epoch)
 end
+local blocked = false
 if owner == '' and leased then
   count = 0
+  blocked = true
 end
 
 local c = counters()
@@ -56,6 +61,7 @@ end
 if owner ~= '' then
   if redis.call('ZCARD', K.f) > 0 then
     count = 0
+    blocked = true
   else
     count = math.min(count, 1)
   end
@@ -140,6 +146,10 @@ if #expired > 0 then
 end
 
 local _, qs = head(kind)
+if blocked and redis.call('ZCARD', K.f) > 0 then
+  -- Nothing to take until the in-flight delivery ends (its lease deadline is reported).
+  qs = nil
+end
 local res = { now, qs or false, first_score(K.r), first_score(K.f), #expired }
 for i = 1, #out do
   res[#res + 1] = out[i]

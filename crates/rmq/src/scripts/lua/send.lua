@@ -41,20 +41,22 @@ for i = 1, n do
   elseif kind == 'f' then
     if string.sub(spec, 1, 1) == '+' then
       v = tonumber(string.sub(spec, 2))
-      if v and v >= 0 then
+      if v and v == v and v >= 0 and v == math.floor(v) and now + v <= MAX_TIME then
         v = now + v
       else
         v = nil
       end
     else
       v = tonumber(spec)
-      if v and v < now - tolerance then
+      if v and (v ~= v or v ~= math.floor(v) or v > MAX_TIME) then
+        v = nil
+      elseif v and v < now - tolerance then
         code = -1
       end
     end
   else
     v = tonumber(spec)
-    if v and (v ~= math.floor(v) or v < 0 or (kind == 'r' and v <= 0) or (kind == 'p' and v > 2097151)) then
+    if v and (v ~= v or v ~= math.floor(v) or v < 0 or (kind == 'r' and now + v > MAX_TIME) or (kind == 'r' and v <= 0) or (kind == 'p' and v > 2097151)) then
       v = nil
     end
   end

@@ -126,6 +126,9 @@ for i = 1, n do
             requeued = true
           end
         elseif op == 'e' then
+          if num ~= num or num > MAX_TIME - now then
+            num = MAX_TIME - now
+          end
           redis.call('ZADD', K.f, 'XX', fmt(now + math.max(num, 1)), key)
         elseif op == 'd' then
           redis.call('ZREM', K.f, key)
