@@ -17,6 +17,8 @@ use rmq::{
 use serde_json::{json, Map, Value};
 use tokio::task::JoinSet;
 
+mod serial;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "rmq-bench",
@@ -26,8 +28,8 @@ struct Args {
     /// Redis URL to use instead of a throwaway redis-server.
     #[arg(long)]
     redis: Option<String>,
-    /// Multiplies every message count (1.0: 200k for send/consume, 1M for
-    /// merge_heavy and memory).
+    /// Multiplies every message count (1.0: 200k for send/consume, 100k for
+    /// consume_mode, 1M for merge_heavy and memory).
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
     /// Tiny counts for CI: every scenario, a few seconds in all.
@@ -617,14 +619,24 @@ async fn memory(env: &Env, client: Client, kind: TopicKind) -> Result<Row> {
 
 // ---------------------------------------------------------------- driver
 
-/// Collects rows and errors.
+/// Collects rows, errors and skipped cases.
 #[derive(Default)]
 struct Results {
     rows: Vec<Row>,
     errors: Vec<String>,
+    skipped: Vec<String>,
 }
 
 impl Results {
+    fn skip(&mut self, scenario: &str, kind: TopicKind, label: &str, why: String) {
+        let line =
+            json!({"scenario": scenario, "kind": kind.as_str(), "params": label, "skipped": why});
+        println!("{line}");
+        eprintln!("SKIPPED {scenario} {} {label}: {why}", kind.as_str());
+        self.skipped
+            .push(format!("{scenario} {} {label}: {why}", kind.as_str()));
+    }
+
     fn fail(&mut self, scenario: &str, kind: TopicKind, label: &str, error: String) {
         let line =
             json!({"scenario": scenario, "kind": kind.as_str(), "params": label, "error": error});
@@ -757,6 +769,53 @@ async fn run_all(env: &Env, only: &[String]) -> Results {
             run_case(env, &mut out, id, big_n, |cl| memory(env, cl, kind)).await;
         }
     }
+    if wants("consume_mode") {
+        let mode_n = serial::mode_n(env);
+        let budget = 4 * mode_n + 30_000;
+        let id = (
+            "consume_mode",
+            TopicKind::Priority,
+            "mode=parallel".to_string(),
+        );
+        run_case(env, &mut out, id, budget, |cl| {
+            serial::consume_mode(env, cl, false, None)
+        })
+        .await;
+        let parallel_rate = out
+            .rows
+            .last()
+            .filter(|r| r.scenario == "consume_mode")
+            .map(Row::rate);
+        let id = (
+            "consume_mode",
+            TopicKind::Priority,
+            "mode=serial".to_string(),
+        );
+        run_case(env, &mut out, id, budget, |cl| {
+            serial::consume_mode(env, cl, true, parallel_rate)
+        })
+        .await;
+    }
+    if wants("handover") {
+        let kind = TopicKind::FixedTime;
+        let id = ("handover", kind, "case=graceful".to_string());
+        run_case(env, &mut out, id, serial::HO_BUDGET_MSGS, |cl| {
+            serial::handover_graceful(env, cl)
+        })
+        .await;
+        let label = "case=crash".to_string();
+        match serial::rmq_cli_path() {
+            Ok(bin) => {
+                let id = ("handover", kind, label);
+                run_case(env, &mut out, id, serial::HO_BUDGET_MSGS, |cl| {
+                    serial::handover_crash(env, cl, &bin)
+                })
+                .await;
+            }
+            Err(why) if env.smoke => out.skip("handover", kind, &label, why),
+            Err(why) => out.fail("handover", kind, &label, why),
+        }
+    }
     out
 }
 
@@ -838,6 +897,9 @@ fn main() -> std::process::ExitCode {
     let out = rt.block_on(run_all(&env, &args.only));
     rt.shutdown_timeout(Duration::from_secs(5));
     eprintln!("\n{}", table(&out.rows));
+    for s in &out.skipped {
+        eprintln!("skipped: {s}");
+    }
     drop(server.lock().unwrap_or_else(|p| p.into_inner()).take());
     if out.errors.is_empty() {
         std::process::ExitCode::SUCCESS

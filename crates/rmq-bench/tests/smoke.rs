@@ -50,7 +50,15 @@ fn smoke_run_prints_json_for_every_scenario() {
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect();
-    assert!(rows.len() >= 6, "only {} JSON lines:\n{out}", rows.len());
+    // A case that cannot run here (the handover crash case without the rmq
+    // CLI binary next to rmq-bench) prints a "skipped" line instead.
+    let (skipped, rows): (Vec<_>, Vec<_>) =
+        rows.into_iter().partition(|r| r.get("skipped").is_some());
+    for row in &skipped {
+        assert_eq!(row["scenario"], "handover", "unexpected skip: {row}");
+        assert_eq!(row["params"], "case=crash", "unexpected skip: {row}");
+    }
+    assert!(rows.len() >= 10, "only {} JSON lines:\n{out}", rows.len());
     for row in &rows {
         assert!(row.get("error").is_none(), "error line: {row}");
         assert!(
@@ -66,10 +74,43 @@ fn smoke_run_prints_json_for_every_scenario() {
         "merge_heavy",
         "latency",
         "memory",
+        "consume_mode",
+        "handover",
     ] {
         assert!(
             rows.iter().any(|r| r["scenario"] == scenario),
             "no {scenario} line:\n{out}"
         );
+    }
+
+    // Serial-mode scenarios: both consume modes, the ratio, the handovers.
+    let find = |scenario: &str, key: &str, value: &str| {
+        rows.iter()
+            .find(|r| r["scenario"] == scenario && r["params"][key] == value)
+    };
+    assert!(
+        find("consume_mode", "mode", "parallel").is_some(),
+        "no parallel consume_mode:\n{out}"
+    );
+    let serial = find("consume_mode", "mode", "serial")
+        .unwrap_or_else(|| panic!("no serial consume_mode:\n{out}"));
+    assert!(
+        serial["serial_vs_parallel"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0),
+        "{serial}"
+    );
+    let graceful = find("handover", "case", "graceful")
+        .unwrap_or_else(|| panic!("no graceful handover:\n{out}"));
+    assert!(
+        graceful["graceful_handover_ms"].as_f64().is_some(),
+        "{graceful}"
+    );
+    match find("handover", "case", "crash") {
+        Some(crash) => {
+            assert!(crash["crash_handover_ms"].as_f64().is_some(), "{crash}");
+            assert_eq!(crash["configured_slot_lease_ms"], 1000, "{crash}");
+        }
+        None => assert!(!skipped.is_empty(), "no crash handover line:\n{out}"),
     }
 }
