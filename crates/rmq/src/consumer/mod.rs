@@ -431,7 +431,12 @@ where
             _ = tick.tick(), if auto_extend && extending.is_none() => {
                 extending = Some(Box::pin(d.extend(lease)));
             }
-            r = async { extending.as_mut().expect("guarded").await }, if extending.is_some() => {
+            r = async {
+                match extending.as_mut() {
+                    Some(f) => f.await,
+                    None => std::future::pending().await,
+                }
+            }, if extending.is_some() => {
                 extending = None;
                 if let Err(e) = r {
                     tracing::warn!("could not extend a lease: {e}");

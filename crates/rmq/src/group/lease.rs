@@ -69,6 +69,25 @@ impl Ownership {
             .collect()
     }
 
+    /// Gives up every lease whose local validity ran out.
+    fn expire(&mut self, topic: &str) {
+        let now = Instant::now();
+        let expired: Vec<u32> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.valid_until <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for s in expired {
+            tracing::warn!(
+                topic,
+                slot = s,
+                "slot lease not renewed in time: giving it up"
+            );
+            self.lose(s);
+        }
+    }
+
     /// Forgets a slot if it is still held at `epoch` (a newer lease stays).
     pub(crate) fn lose_epoch(&mut self, slot: u32, epoch: u64) {
         if self.slots.get(&slot).is_some_and(|o| o.epoch == epoch) {
@@ -122,19 +141,9 @@ async fn watchdog(topic: Topic, shared: Arc<Shared>, every: Duration, stop: Canc
             _ = tokio::time::sleep(every.max(Duration::from_millis(5))) => {}
             _ = stop.cancelled() => return,
         }
-        let mut o = own.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        let expired: Vec<u32> = o
-            .slots
-            .iter()
-            .filter(|(_, s)| s.valid_until <= now)
-            .map(|(k, _)| *k)
-            .collect();
-        for s in expired {
-            tracing::warn!(topic = %topic.name(), slot = s, "slot lease not renewed in time: giving it up");
-            o.lose(s);
-        }
-        drop(o);
+        own.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .expire(topic.name());
         shared.notify.notify_one();
     }
 }
@@ -181,17 +190,7 @@ pub(crate) async fn keep_leases(
             };
         let plans: Vec<(u32, Plan)> = {
             let mut o = own.lock().unwrap_or_else(|p| p.into_inner());
-            let now = Instant::now();
-            let expired: Vec<u32> = o
-                .slots
-                .iter()
-                .filter(|(_, s)| s.valid_until <= now)
-                .map(|(k, _)| *k)
-                .collect();
-            for s in expired {
-                tracing::warn!(topic = %topic.name(), slot = s, "slot lease not renewed in time: giving it up");
-                o.lose(s);
-            }
+            o.expire(topic.name());
             let desired: HashSet<u32> = match (&members, leaving) {
                 (_, true) => HashSet::new(),
                 (Some(m), false) => assign(m, topic.spec().slots, &member).into_iter().collect(),
