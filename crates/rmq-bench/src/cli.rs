@@ -1,0 +1,25 @@
+//! Command-line arguments. Kept apart so the flags and their help text can be
+//! read (and changed) without wading through the scenarios.
+
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rmq-bench",
+    about = "Benchmarks rmq against a real redis-server"
+)]
+pub(crate) struct Args {
+    /// Redis URL to use instead of a throwaway redis-server.
+    #[arg(long)]
+    pub(crate) redis: Option<String>,
+    /// Multiplies every message count (1.0: 200k for send/consume, 100k for
+    /// consume_mode, 1M for merge_heavy and memory).
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) scale: f64,
+    /// Tiny counts for CI: every scenario, a few seconds in all.
+    #[arg(long)]
+    pub(crate) smoke: bool,
+    /// Run only the scenarios whose name contains one of these (comma separated).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) only: Vec<String>,
+}

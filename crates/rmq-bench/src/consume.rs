@@ -1,0 +1,86 @@
+//! Consume throughput (`consume`): a pre-filled priority topic drained by
+//! one consumer at several concurrency/batch settings, with the Redis and
+//! client CPU cost per message.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rmq::{CancellationToken, Client, Outcome, TopicKind};
+use serde_json::json;
+
+use crate::env::Env;
+use crate::redis_stats::{info_field, redis_cpu_secs};
+use crate::report::{round, Row};
+use crate::workload::{define, send_all, SEND_N};
+
+/// CPU seconds (user + sys) used by this process so far (Linux; 0 elsewhere).
+fn own_cpu_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    let Some(rest) = stat.rsplit(')').next() else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields after ')' start at field 3 (state); utime is field 14, stime 15.
+    (tick(11) + tick(12)) / 100.0
+}
+
+pub(crate) async fn consume(env: &Env, client: Client, c: usize, batch: usize) -> Result<Row> {
+    let n = env.n(SEND_N);
+    let kind = TopicKind::Priority;
+    let topic = define(&client, "bench", kind).await?;
+    send_all(&topic, kind, n, 1000).await?;
+    let mut raw = env.raw().await?;
+    let cpu0 = redis_cpu_secs(&mut raw).await?;
+    let cmds0 = info_field(&mut raw, "stats", "total_commands_processed").await?;
+    let own0 = own_cpu_secs();
+    let cancel = CancellationToken::new();
+    let _guard = cancel.clone().drop_guard();
+    let start = Instant::now();
+    let run = tokio::spawn(
+        topic
+            .consumer()
+            .concurrency(c)
+            .batch(batch)
+            .shutdown_grace(Duration::from_secs(5))
+            .run(cancel.clone(), |_| async { Outcome::Ack }),
+    );
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let acked = topic.stats().await?.total.acked;
+        if acked >= n {
+            break;
+        }
+        if run.is_finished() {
+            bail!("the consumer stopped early after {acked} of {n} acks");
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let cpu1 = redis_cpu_secs(&mut raw).await?;
+    let cmds1 = info_field(&mut raw, "stats", "total_commands_processed").await?;
+    let own1 = own_cpu_secs();
+    cancel.cancel();
+    let report = tokio::time::timeout(Duration::from_secs(15), run)
+        .await
+        .context("the consumer did not stop within 15 s")???;
+    Ok(Row::new(
+        "consume",
+        kind,
+        json!({"concurrency": c, "batch": batch}),
+        n,
+        secs,
+    )
+    .with(
+        "redis_cpu_us_per_msg",
+        round((cpu1 - cpu0) * 1e6 / n as f64, 2),
+    )
+    .with(
+        "client_cpu_us_per_msg",
+        round((own1 - own0) * 1e6 / n as f64, 2),
+    )
+    .with("redis_cmds_per_msg", round((cmds1 - cmds0) / n as f64, 2))
+    .with("run_acked", report.acked)
+    .with("failed_settles", report.failed_settles))
+}

@@ -1,0 +1,42 @@
+//! Redis memory per pending message (`memory`): `used_memory` before and
+//! after filling a topic.
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use rmq::{Client, TopicKind};
+use serde_json::json;
+
+use crate::env::Env;
+use crate::redis_stats::settled_used_memory;
+use crate::report::{round, Row};
+use crate::workload::{define, send_all, BIG_N};
+
+pub(crate) async fn memory(env: &Env, client: Client, kind: TopicKind) -> Result<Row> {
+    let n = env.n(BIG_N);
+    let mut raw = env.raw().await?;
+    if env.owned {
+        // Only ever on the throwaway server this process started.
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await?;
+    }
+    let topic = define(&client, "mem", kind).await?;
+    let before = settled_used_memory(&mut raw).await?;
+    let start = Instant::now();
+    send_all(&topic, kind, n, 1000).await?;
+    let secs = start.elapsed().as_secs_f64();
+    let after = settled_used_memory(&mut raw).await?;
+    let pending = topic.stats().await?.total.pending;
+    if pending != n {
+        bail!("{pending} pending, expected {n}");
+    }
+    Ok(Row::new(
+        "memory",
+        kind,
+        json!({"key_bytes": 16, "payload_bytes": 64}),
+        n,
+        secs,
+    )
+    .with("used_memory_before", before as u64)
+    .with("used_memory_after", after as u64)
+    .with("bytes_per_msg", round((after - before) / n as f64, 1)))
+}

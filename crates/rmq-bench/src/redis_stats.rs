@@ -1,0 +1,41 @@
+//! Readings of the Redis server's own counters (`INFO` cpu, stats, memory),
+//! used by scenarios that report server-side cost per message.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+pub(crate) async fn info_field(
+    conn: &mut redis::aio::MultiplexedConnection,
+    section: &str,
+    field: &str,
+) -> Result<f64> {
+    let info: String = redis::cmd("INFO").arg(section).query_async(conn).await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(':')))
+        .and_then(|v| v.trim().parse().ok())
+        .with_context(|| format!("INFO {section} has no {field}"))
+}
+
+pub(crate) async fn redis_cpu_secs(conn: &mut redis::aio::MultiplexedConnection) -> Result<f64> {
+    Ok(info_field(conn, "cpu", "used_cpu_sys").await?
+        + info_field(conn, "cpu", "used_cpu_user").await?)
+}
+
+/// `used_memory` once it stops moving (UNLINK and lazy frees of earlier
+/// cases finish in the background), at most ~3 s of polling.
+pub(crate) async fn settled_used_memory(
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> Result<f64> {
+    let mut last = info_field(conn, "memory", "used_memory").await?;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = info_field(conn, "memory", "used_memory").await?;
+        let lazy = info_field(conn, "memory", "lazyfree_pending_objects").await?;
+        if lazy == 0.0 && (now - last).abs() <= 1024.0 {
+            return Ok(now);
+        }
+        last = now;
+    }
+    Ok(last)
+}

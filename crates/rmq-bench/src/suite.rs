@@ -1,0 +1,115 @@
+//! The list of cases: every scenario with its parameter grid, in run order,
+//! filtered by `--only`.
+
+use rmq::TopicKind;
+
+use crate::consume::consume;
+use crate::env::Env;
+use crate::latency::latency;
+use crate::memory::memory;
+use crate::merge::merge_heavy;
+use crate::report::Row;
+use crate::runner::{run_case, Results};
+use crate::send::{send_batch, send_single};
+use crate::workload::{BIG_N, KINDS, SEND_N};
+use crate::{consume_mode, handover};
+
+pub(crate) async fn run_all(env: &Env, only: &[String]) -> Results {
+    let wants = |s: &str| only.is_empty() || only.iter().any(|o| s.contains(o.as_str()));
+    let mut out = Results::default();
+    let send_n = env.n(SEND_N);
+    let big_n = env.n(BIG_N);
+    if wants("send_single") {
+        for kind in KINDS {
+            for c in [1u64, 16, 128] {
+                let id = ("send_single", kind, format!("concurrency={c}"));
+                run_case(env, &mut out, id, send_n, |cl| {
+                    send_single(env, cl, kind, c)
+                })
+                .await;
+            }
+        }
+    }
+    if wants("send_batch") {
+        for kind in KINDS {
+            for b in [100u64, 1000] {
+                let id = ("send_batch", kind, format!("batch={b}"));
+                run_case(env, &mut out, id, send_n, |cl| send_batch(env, cl, kind, b)).await;
+            }
+        }
+    }
+    if wants("consume") {
+        for (c, b) in [(1usize, 1usize), (16, 16), (128, 64), (128, 1)] {
+            let id = (
+                "consume",
+                TopicKind::Priority,
+                format!("concurrency={c} batch={b}"),
+            );
+            run_case(env, &mut out, id, 2 * send_n, |cl| consume(env, cl, c, b)).await;
+        }
+    }
+    if wants("merge_heavy") {
+        let id = ("merge_heavy", TopicKind::Priority, "keys=10000".to_string());
+        run_case(env, &mut out, id, big_n, |cl| merge_heavy(env, cl)).await;
+    }
+    if wants("latency") {
+        for bg in [false, true] {
+            let id = ("latency", TopicKind::FixedTime, format!("background={bg}"));
+            run_case(env, &mut out, id, 0, |cl| latency(env, cl, bg)).await;
+        }
+    }
+    if wants("memory") {
+        for kind in KINDS {
+            let id = ("memory", kind, String::new());
+            run_case(env, &mut out, id, big_n, |cl| memory(env, cl, kind)).await;
+        }
+    }
+    if wants("consume_mode") {
+        let mode_n = consume_mode::mode_n(env);
+        let budget = 4 * mode_n + 30_000;
+        let id = (
+            "consume_mode",
+            TopicKind::Priority,
+            "mode=parallel".to_string(),
+        );
+        run_case(env, &mut out, id, budget, |cl| {
+            consume_mode::consume_mode(env, cl, false, None)
+        })
+        .await;
+        let parallel_rate = out
+            .rows
+            .last()
+            .filter(|r| r.scenario == "consume_mode")
+            .map(Row::rate);
+        let id = (
+            "consume_mode",
+            TopicKind::Priority,
+            "mode=serial".to_string(),
+        );
+        run_case(env, &mut out, id, budget, |cl| {
+            consume_mode::consume_mode(env, cl, true, parallel_rate)
+        })
+        .await;
+    }
+    if wants("handover") {
+        let kind = TopicKind::FixedTime;
+        let id = ("handover", kind, "case=graceful".to_string());
+        run_case(env, &mut out, id, handover::HO_BUDGET_MSGS, |cl| {
+            handover::handover_graceful(env, cl)
+        })
+        .await;
+        let label = "case=crash".to_string();
+        match handover::rmq_cli_path() {
+            Ok(bin) => {
+                let id = ("handover", kind, label);
+                run_case(env, &mut out, id, handover::HO_BUDGET_MSGS, |cl| {
+                    handover::handover_crash(env, cl, &bin)
+                })
+                .await;
+            }
+            Err(why) if env.smoke => out.skip("handover", kind, &label, why),
+            Err(why) => out.fail("handover", kind, &label, why),
+        }
+    }
+    out
+}
