@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+mod backlog;
 mod cli;
 mod consume;
 mod consume_mode;

@@ -12,7 +12,7 @@ use crate::report::Row;
 use crate::runner::{run_case, Results};
 use crate::send::{send_batch, send_single};
 use crate::workload::{BIG_N, KINDS, SEND_N};
-use crate::{consume_mode, handover};
+use crate::{backlog, consume_mode, handover};
 
 pub(crate) async fn run_all(env: &Env, only: &[String]) -> Results {
     let wants = |s: &str| only.is_empty() || only.iter().any(|o| s.contains(o.as_str()));
@@ -46,6 +46,24 @@ pub(crate) async fn run_all(env: &Env, only: &[String]) -> Results {
                 format!("concurrency={c} batch={b}"),
             );
             run_case(env, &mut out, id, 2 * send_n, |cl| consume(env, cl, c, b)).await;
+        }
+    }
+    if wants("backlog") {
+        let mut small_rate = None;
+        for base in [backlog::SMALL, backlog::LARGE] {
+            let pending = env.n(base);
+            let id = ("backlog", TopicKind::Priority, format!("pending={pending}"));
+            run_case(env, &mut out, id, pending + send_n, |cl| {
+                backlog::backlog(env, cl, pending, small_rate)
+            })
+            .await;
+            small_rate = out
+                .rows
+                .iter()
+                .rev()
+                .find(|r| r.scenario == "backlog")
+                .map(|r| r.rate())
+                .or(small_rate);
         }
     }
     if wants("merge_heavy") {
