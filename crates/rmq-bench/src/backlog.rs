@@ -2,12 +2,13 @@
 //! pending messages, to show that the cost per message grows at most with
 //! O(log n) of the backlog (sorted-set operations), not with its size.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
-use rmq::{CancellationToken, Client, Outcome, TopicKind};
+use anyhow::Result;
+use rmq::{Client, TopicKind};
 use serde_json::json;
 
+use crate::consume::Drain;
 use crate::env::Env;
 use crate::redis_stats::redis_cpu_secs;
 use crate::report::{round, Row};
@@ -35,33 +36,10 @@ pub(crate) async fn backlog(
     let fill_secs = fill.elapsed().as_secs_f64();
     let mut raw = env.raw().await?;
     let cpu0 = redis_cpu_secs(&mut raw).await?;
-    let cancel = CancellationToken::new();
-    let _guard = cancel.clone().drop_guard();
-    let start = Instant::now();
-    let run = tokio::spawn(
-        topic
-            .consumer()
-            .concurrency(128)
-            .batch(64)
-            .shutdown_grace(Duration::from_secs(5))
-            .run(cancel.clone(), |_| async { Outcome::Ack }),
-    );
-    loop {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let acked = topic.stats().await?.total.acked;
-        if acked >= n {
-            break;
-        }
-        if run.is_finished() {
-            bail!("the consumer stopped early after {acked} of {n} acks");
-        }
-    }
-    let secs = start.elapsed().as_secs_f64();
+    let drain = Drain::start(&topic, 128, 64);
+    let secs = drain.wait_acked(&topic, n).await?;
     let cpu1 = redis_cpu_secs(&mut raw).await?;
-    cancel.cancel();
-    tokio::time::timeout(Duration::from_secs(15), run)
-        .await
-        .context("the consumer did not stop within 15 s")???;
+    drain.finish().await?;
     let mut row = Row::new(
         "backlog",
         kind,

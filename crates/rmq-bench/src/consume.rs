@@ -36,35 +36,12 @@ pub(crate) async fn consume(env: &Env, client: Client, c: usize, batch: usize) -
     let cpu0 = redis_cpu_secs(&mut raw).await?;
     let cmds0 = info_field(&mut raw, "stats", "total_commands_processed").await?;
     let own0 = own_cpu_secs();
-    let cancel = CancellationToken::new();
-    let _guard = cancel.clone().drop_guard();
-    let start = Instant::now();
-    let run = tokio::spawn(
-        topic
-            .consumer()
-            .concurrency(c)
-            .batch(batch)
-            .shutdown_grace(Duration::from_secs(5))
-            .run(cancel.clone(), |_| async { Outcome::Ack }),
-    );
-    loop {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let acked = topic.stats().await?.total.acked;
-        if acked >= n {
-            break;
-        }
-        if run.is_finished() {
-            bail!("the consumer stopped early after {acked} of {n} acks");
-        }
-    }
-    let secs = start.elapsed().as_secs_f64();
+    let drain = Drain::start(&topic, c, batch);
+    let secs = drain.wait_acked(&topic, n).await?;
     let cpu1 = redis_cpu_secs(&mut raw).await?;
     let cmds1 = info_field(&mut raw, "stats", "total_commands_processed").await?;
     let own1 = own_cpu_secs();
-    cancel.cancel();
-    let report = tokio::time::timeout(Duration::from_secs(15), run)
-        .await
-        .context("the consumer did not stop within 15 s")???;
+    let report = drain.finish().await?;
     Ok(Row::new(
         "consume",
         kind,
@@ -83,4 +60,57 @@ pub(crate) async fn consume(env: &Env, client: Client, c: usize, batch: usize) -
     .with("redis_cmds_per_msg", round((cmds1 - cmds0) / n as f64, 2))
     .with("run_acked", report.acked)
     .with("failed_settles", report.failed_settles))
+}
+
+/// A consumer acking everything at once (no-op handler), measured until a
+/// number of acks is reached.
+pub(crate) struct Drain {
+    cancel: CancellationToken,
+    run: tokio::task::JoinHandle<rmq::Result<rmq::RunReport>>,
+    start: Instant,
+    /// Stops the consumer if the scenario ends early.
+    _stop: tokio_util::sync::DropGuard,
+}
+
+impl Drain {
+    pub(crate) fn start(topic: &rmq::Topic, c: usize, batch: usize) -> Drain {
+        let cancel = CancellationToken::new();
+        let run = tokio::spawn(
+            topic
+                .consumer()
+                .concurrency(c)
+                .batch(batch)
+                .shutdown_grace(Duration::from_secs(5))
+                .run(cancel.clone(), |_| async { Outcome::Ack }),
+        );
+        let _stop = cancel.clone().drop_guard();
+        Drain {
+            cancel,
+            run,
+            start: Instant::now(),
+            _stop,
+        }
+    }
+
+    /// Seconds from the start until `n` messages were acked (polled every 20 ms).
+    pub(crate) async fn wait_acked(&self, topic: &rmq::Topic, n: u64) -> Result<f64> {
+        loop {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let acked = topic.stats().await?.total.acked;
+            if acked >= n {
+                return Ok(self.start.elapsed().as_secs_f64());
+            }
+            if self.run.is_finished() {
+                bail!("the consumer stopped early after {acked} of {n} acks");
+            }
+        }
+    }
+
+    /// Stops the consumer and returns what it did.
+    pub(crate) async fn finish(self) -> Result<rmq::RunReport> {
+        self.cancel.cancel();
+        Ok(tokio::time::timeout(Duration::from_secs(15), self.run)
+            .await
+            .context("the consumer did not stop within 15 s")???)
+    }
 }
