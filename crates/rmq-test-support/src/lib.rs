@@ -24,6 +24,7 @@
 //! If `redis-server` is missing, run `scripts/ensure-deps.sh`.
 
 mod builder;
+mod cluster;
 mod launch;
 mod port;
 mod probe;
@@ -31,6 +32,7 @@ mod server;
 mod signal;
 
 pub use builder::RedisServerBuilder;
+pub use cluster::{RedisCluster, RedisClusterBuilder};
 pub use port::free_port;
 pub use server::RedisServer;
 

@@ -199,3 +199,35 @@ fn launch_on_a_taken_port_fails_instead_of_using_the_other_server() {
     }
     assert!(other.ping());
 }
+
+#[test]
+fn a_cluster_forms_fails_over_and_reshards() {
+    use crate::RedisCluster;
+    use std::time::Duration;
+
+    let mut cluster = RedisCluster::start();
+    assert_eq!(cluster.nodes().len(), 6);
+    let masters = cluster.master_indices();
+    assert_eq!(masters.len(), 3, "{masters:?}");
+    let covered: u32 = masters
+        .iter()
+        .flat_map(|&m| cluster.slot_ranges(m))
+        .map(|(a, b)| u32::from(b - a) + 1)
+        .sum();
+    assert_eq!(covered, 16384);
+
+    // Move a few hash slots between two masters.
+    let (from, to) = (masters[0], masters[1]);
+    let first = cluster.slot_ranges(from)[0].0;
+    cluster.reshard(from, to, 5);
+    assert_eq!(cluster.master_of_slot(first), Some(to));
+
+    // Kill a master: its replica takes over.
+    let victim = masters[2];
+    let slot = cluster.slot_ranges(victim)[0].0;
+    cluster.kill(victim);
+    let took = cluster.wait_failover(Duration::from_secs(30));
+    let new_master = cluster.master_of_slot(slot).expect("slot served again");
+    assert_ne!(new_master, victim);
+    assert!(took < Duration::from_secs(30));
+}

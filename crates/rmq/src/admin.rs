@@ -279,18 +279,14 @@ impl Topic {
                     .chunks(SLOTS_PER_ROUND)
                 {
                     let slot_names: Vec<String> = chunk.iter().map(|s| s.to_string()).collect();
+                    let channels: Vec<_> = chunk.iter().map(|&s| self.channel_for(s)).collect();
                     let calls = chunk
                         .iter()
                         .zip(&slot_names)
-                        .map(|(&slot, s)| {
-                            let args: [&[u8]; 6] = [
-                                kind,
-                                self.channel.as_bytes(),
-                                s.as_bytes(),
-                                b"0",
-                                b"1",
-                                &key,
-                            ];
+                        .zip(&channels)
+                        .map(|((&slot, s), channel)| {
+                            let args: [&[u8]; 6] =
+                                [kind, channel.as_bytes(), s.as_bytes(), b"0", b"1", &key];
                             (
                                 ScriptId::DeadRequeue,
                                 scripts::call(ScriptId::DeadRequeue, &self.slot_keys(slot), &args),
@@ -305,15 +301,10 @@ impl Topic {
             DeadSelection::All => {
                 for slot in 0..self.spec.slots {
                     let s = slot.to_string();
+                    let channel = self.channel_for(slot);
                     loop {
-                        let args: [&[u8]; 6] = [
-                            kind,
-                            self.channel.as_bytes(),
-                            s.as_bytes(),
-                            b"1",
-                            b"1000",
-                            b"",
-                        ];
+                        let args: [&[u8]; 6] =
+                            [kind, channel.as_bytes(), s.as_bytes(), b"1", b"1000", b""];
                         let cmd =
                             scripts::call(ScriptId::DeadRequeue, &self.slot_keys(slot), &args);
                         if run(self.redis().run_one(ScriptId::DeadRequeue, cmd).await?) < 1000 {

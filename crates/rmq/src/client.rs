@@ -10,6 +10,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
+pub(crate) use crate::conn::Redis;
+use crate::conn::{ClusterSeeds, Conn, Target};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys;
 use crate::scripts::{self, ScriptId};
@@ -67,80 +69,6 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// The connection and the script runner.
-#[derive(Clone)]
-pub(crate) struct Redis {
-    pub(crate) client: redis::Client,
-    pub(crate) conn: ConnectionManager,
-}
-
-impl Redis {
-    /// Runs script calls in one pipeline and returns one result per call.
-    /// Calls that hit NOSCRIPT (they did nothing) are retried once after
-    /// loading the scripts. An error of the whole pipeline (connection)
-    /// is returned as such: those calls may or may not have run.
-    pub(crate) async fn run(
-        &self,
-        calls: Vec<(ScriptId, redis::Cmd)>,
-    ) -> Result<Vec<Result<Value>>> {
-        let mut out: Vec<Option<Result<Value>>> = (0..calls.len()).map(|_| None).collect();
-        let mut pending: Vec<usize> = (0..calls.len()).collect();
-        for round in 0..2 {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            for &i in &pending {
-                pipe.add_command(calls[i].1.clone());
-            }
-            let mut conn = self.conn.clone();
-            let results: Vec<redis::RedisResult<Value>> = pipe.query_async(&mut conn).await?;
-            let mut missing = Vec::new();
-            for (&i, r) in pending.iter().zip(results) {
-                match r {
-                    Err(e)
-                        if round == 0
-                            && e.kind()
-                                == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                    {
-                        missing.push(i)
-                    }
-                    Err(e) => out[i] = Some(Err(Error::from(e))),
-                    Ok(v) => out[i] = Some(Ok(v)),
-                }
-            }
-            if missing.is_empty() {
-                break;
-            }
-            self.load_scripts().await?;
-            pending = missing;
-        }
-        Ok(out
-            .into_iter()
-            .map(|o| {
-                o.unwrap_or_else(|| Err(Error::new(ErrorKind::Redis, "script result missing")))
-            })
-            .collect())
-    }
-
-    /// Runs one script call.
-    pub(crate) async fn run_one(&self, id: ScriptId, cmd: redis::Cmd) -> Result<Value> {
-        self.run(vec![(id, cmd)])
-            .await?
-            .pop()
-            .unwrap_or_else(|| Err(Error::new(ErrorKind::Redis, "script result missing")))
-    }
-
-    /// Loads every script (SCRIPT LOAD is idempotent).
-    pub(crate) async fn load_scripts(&self) -> Result<()> {
-        let mut pipe = redis::pipe();
-        for id in ScriptId::ALL {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(&scripts::get(id).code);
-        }
-        let mut conn = self.conn.clone();
-        let _: Vec<String> = pipe.query_async(&mut conn).await?;
-        Ok(())
-    }
-}
-
 impl Client {
     /// Connects with the default options (prefix `rmq`).
     pub async fn connect(url: &str) -> Result<Client> {
@@ -180,7 +108,78 @@ impl Client {
                 format!("cannot connect to Redis at {shown}: {e}; is redis-server running there?"),
             )
         })?;
-        let redis = Redis { client, conn };
+        let redis = Redis {
+            target: Target::Single(client),
+            conn: Conn::Single(conn),
+        };
+        Self::finish(redis, options, shown).await
+    }
+
+    /// Connects to a Redis Cluster through one or more seed nodes (the
+    /// others are discovered), with the same checks on every master, and
+    /// loads the scripts on every node. The API is the same as on a
+    /// single node.
+    pub async fn connect_cluster(seeds: &[&str], options: ClientOptions) -> Result<Client> {
+        validate_prefix(&options.prefix)?;
+        let shown = seeds
+            .iter()
+            .map(|s| redact(s))
+            .collect::<Vec<_>>()
+            .join(",");
+        if seeds.is_empty() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "no cluster seed node given; pass one or more redis://host:port URLs",
+            ));
+        }
+        let mut nodes = Vec::with_capacity(seeds.len());
+        for seed in seeds {
+            let info = redis::IntoConnectionInfo::into_connection_info(*seed).map_err(|e| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!(
+                        "invalid Redis URL {}: {e}; use redis://host:port",
+                        redact(seed)
+                    ),
+                )
+            })?;
+            nodes.push(info);
+        }
+        let seeds = ClusterSeeds {
+            nodes,
+            response_timeout: options.response_timeout,
+        };
+        let client = seeds.builder().build().map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("invalid cluster seeds {shown}: {e}"),
+            )
+        })?;
+        let conn = tokio::time::timeout(Duration::from_secs(15), client.get_async_connection())
+            .await
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::Connection,
+                    format!("timed out connecting to the Redis Cluster at {shown}"),
+                )
+            })?
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Connection,
+                    format!(
+                        "cannot connect to a Redis Cluster at {shown}: {e}; \
+                         is it a cluster (cluster-enabled yes) and is it up?"
+                    ),
+                )
+            })?;
+        let redis = Redis {
+            target: Target::Cluster(seeds),
+            conn: Conn::Cluster(conn),
+        };
+        Self::finish(redis, options, shown).await
+    }
+
+    async fn finish(redis: Redis, options: ClientOptions, shown: String) -> Result<Client> {
         preflight(&redis, &options).await?;
         redis.load_scripts().await?;
         Ok(Client {
@@ -190,6 +189,11 @@ impl Client {
                 url: shown,
             }),
         })
+    }
+
+    /// Whether this client talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.redis.is_cluster()
     }
 
     /// The key prefix.
@@ -319,29 +323,55 @@ fn check_version(info_server: &str) -> Result<()> {
     Ok(())
 }
 
+/// The text replies of a command sent to every master (a single node: its
+/// one reply).
+async fn on_every_master(redis: &Redis, cmd: redis::Cmd) -> redis::RedisResult<Vec<Value>> {
+    match &redis.conn {
+        Conn::Single(_) => {
+            let mut conn = redis.conn.clone();
+            Ok(vec![cmd.query_async::<Value>(&mut conn).await?])
+        }
+        Conn::Cluster(c) => {
+            use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+            let mut c = c.clone();
+            let v = c
+                .route_command(
+                    cmd,
+                    RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
+                )
+                .await?;
+            Ok(match v {
+                Value::Map(pairs) => pairs.into_iter().map(|(_, v)| v).collect(),
+                other => vec![other],
+            })
+        }
+    }
+}
+
 async fn preflight(redis: &Redis, options: &ClientOptions) -> Result<()> {
-    let mut conn = redis.conn.clone();
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut conn)
-        .await?;
-    check_version(&info)?;
-    let policy: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("maxmemory-policy")
-        .query_async(&mut conn)
-        .await;
-    match policy {
-        Ok(v) => {
-            let p = v.get(1).cloned().unwrap_or_default();
-            if p != "noeviction" && !p.is_empty() && !options.allow_eviction {
-                return Err(Error::new(
-                    ErrorKind::UnsafeServerConfig,
-                    format!(
-                        "Redis maxmemory-policy is {p}: it may evict queued messages. \
-                         Set `CONFIG SET maxmemory-policy noeviction`, or allow eviction explicitly"
-                    ),
-                ));
+    let mut info = redis::cmd("INFO");
+    info.arg("server");
+    for v in on_every_master(redis, info).await? {
+        let text: String = redis::from_redis_value(v)
+            .map_err(|e| Error::new(ErrorKind::Redis, format!("unexpected INFO reply: {e}")))?;
+        check_version(&text)?;
+    }
+    let mut get = redis::cmd("CONFIG");
+    get.arg("GET").arg("maxmemory-policy");
+    match on_every_master(redis, get).await {
+        Ok(replies) => {
+            for v in replies {
+                let pair: Vec<String> = redis::from_redis_value(v).unwrap_or_default();
+                let p = pair.get(1).cloned().unwrap_or_default();
+                if p != "noeviction" && !p.is_empty() && !options.allow_eviction {
+                    return Err(Error::new(
+                        ErrorKind::UnsafeServerConfig,
+                        format!(
+                            "Redis maxmemory-policy is {p}: it may evict queued messages. \
+                             Set `CONFIG SET maxmemory-policy noeviction`, or allow eviction explicitly"
+                        ),
+                    ));
+                }
             }
         }
         Err(e) => tracing::warn!("cannot read maxmemory-policy ({e}); make sure it is noeviction"),

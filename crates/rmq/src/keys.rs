@@ -1,25 +1,49 @@
 //! Every Redis key and channel name rmq uses, built in one place.
 //!
-//! All keys of one slot share the hash tag `{<topic>:<slot>}`, so one script
-//! can touch all of them on one Redis Cluster node. Every key starts with the
-//! client's prefix and a colon, so an ACL key pattern `<prefix>:*` covers them.
-//! The one key outside any slot is the prefix's topic index.
+//! All keys of one slot share one hash tag, so one script can touch all of
+//! them on one Redis Cluster node and no script ever spans two cluster
+//! slots. The tag is not the slot's name but a short string picked from a
+//! fixed table so that the slots of a topic land on evenly spaced Redis
+//! Cluster hash slots: slot `i` of `n` goes to hash slot
+//! `(offset(topic) + i * 16384 / n) mod 16384`. Masters own contiguous
+//! hash-slot ranges, so a topic's slots spread over all masters in
+//! proportion to what each owns (64 slots on 3 equal masters: 21, 21, 22),
+//! instead of wherever CRC16 of their names happens to fall.
+//!
+//! Key layout: `<prefix>:{<tag>}:<topic>:<slot>:<x>`. Every key and channel
+//! starts with the client's prefix and a colon, so an ACL key pattern
+//! `<prefix>:*` covers them. The keys outside any slot are the prefix's
+//! topic index and a serial group's membership hash; each is used alone.
+
+use std::sync::OnceLock;
+
+/// Number of Redis Cluster hash slots.
+pub(crate) const HASH_SLOTS: u32 = 16384;
+
+/// The hash tag of slot `slot` of a topic with `slots` slots.
+pub(crate) fn slot_tag(topic: &str, slot: u32, slots: u32) -> &'static str {
+    let offset = crc32fast::hash(topic.as_bytes()) % HASH_SLOTS;
+    let step = (u64::from(slot) * u64::from(HASH_SLOTS)) / u64::from(slots.max(1));
+    let hash_slot = (u64::from(offset) + step) % u64::from(HASH_SLOTS);
+    tag_table()[hash_slot as usize].as_str()
+}
 
 /// The ten keys of one slot, in the order every slot script expects them
 /// (see `scripts/lua/common.lua`).
-pub(crate) fn slot_keys(prefix: &str, topic: &str, slot: u32) -> [String; 10] {
-    let tag = format!("{prefix}:{{{topic}:{slot}}}");
+pub(crate) fn slot_keys(prefix: &str, topic: &str, slot: u32, slots: u32) -> [String; 10] {
+    let tag = slot_tag(topic, slot, slots);
+    let base = format!("{prefix}:{{{tag}}}:{topic}:{slot}");
     [
-        format!("{tag}:q"), // ZSET pending
-        format!("{tag}:d"), // HASH payloads
-        format!("{tag}:f"), // ZSET in flight (lease deadlines)
-        format!("{tag}:n"), // HASH duplicates waiting behind in-flight deliveries
-        format!("{tag}:m"), // HASH counters
-        format!("{tag}:r"), // ZSET priority retries waiting out their backoff
-        format!("{tag}:x"), // ZSET dead letters by time of death
-        format!("{tag}:X"), // HASH dead-letter records
-        format!("{tag}:a"), // HASH attempts, score and token of delivered messages
-        format!("{tag}:l"), // HASH serial mode: the slot's lease (owner, epoch, until)
+        format!("{base}:q"), // ZSET pending
+        format!("{base}:d"), // HASH payloads
+        format!("{base}:f"), // ZSET in flight (lease deadlines)
+        format!("{base}:n"), // HASH duplicates waiting behind in-flight deliveries
+        format!("{base}:m"), // HASH counters
+        format!("{base}:r"), // ZSET priority retries waiting out their backoff
+        format!("{base}:x"), // ZSET dead letters by time of death
+        format!("{base}:X"), // HASH dead-letter records
+        format!("{base}:a"), // HASH attempts, score and token of delivered messages
+        format!("{base}:l"), // HASH serial mode: the slot's lease (owner, epoch, until)
     ]
 }
 
@@ -33,64 +57,156 @@ pub(crate) fn group_key(prefix: &str, topic: &str, group: &str) -> String {
     format!("{prefix}:group:{topic}:{group}")
 }
 
-/// Pub/sub channel on which send and settle announce a new head of a slot.
+/// Single node: the one pub/sub channel (PUBLISH) on which send and settle
+/// announce a new head of any slot of the topic.
 pub(crate) fn wake_channel(prefix: &str, topic: &str) -> String {
     format!("{prefix}:wake:{topic}")
+}
+
+/// Cluster: the sharded channel (SPUBLISH) of the slots of a topic whose
+/// tag is `tag`. A script may only publish to a sharded channel of its own
+/// hash slot, so the channel carries the tag; slots sharing a tag share it.
+/// Scripts tell the two kinds apart by the brace (see `common.lua`).
+pub(crate) fn sharded_wake_channel(prefix: &str, topic: &str, tag: &str) -> String {
+    format!("{prefix}:{{{tag}}}:{topic}:wake")
+}
+
+/// Redis Cluster hash slot of a key: CRC16/XMODEM of its hash tag (the part
+/// between the first `{` and the next `}`, when not empty) mod 16384.
+pub(crate) fn cluster_hash_slot(key: &[u8]) -> u16 {
+    let tagged = match key.iter().position(|&b| b == b'{') {
+        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
+            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+            _ => key,
+        },
+        None => key,
+    };
+    let mut crc: u16 = 0;
+    for &b in tagged {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % HASH_SLOTS as u16
+}
+
+/// For every hash slot, the first string in the sequence "0", "1", ...,
+/// "z", "10", ... (base 36) that hashes to it. Fixed forever: it names keys.
+fn tag_table() -> &'static [String] {
+    static TABLE: OnceLock<Vec<String>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut table: Vec<Option<String>> = vec![None; HASH_SLOTS as usize];
+        let mut missing = HASH_SLOTS;
+        let mut n: u64 = 0;
+        while missing > 0 {
+            let s = base36(n);
+            let h = cluster_hash_slot(s.as_bytes()) as usize;
+            if table[h].is_none() {
+                table[h] = Some(s);
+                missing -= 1;
+            }
+            n += 1;
+        }
+        table.into_iter().map(Option::unwrap_or_default).collect()
+    })
+}
+
+fn base36(mut n: u64) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Redis Cluster hash slot of a key (CRC16/XMODEM of the hash tag).
-    fn cluster_slot(key: &str) -> u16 {
-        let bytes = key.as_bytes();
-        let tagged = match bytes.iter().position(|&b| b == b'{') {
-            Some(open) => match bytes[open + 1..].iter().position(|&b| b == b'}') {
-                Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
-                _ => bytes,
-            },
-            None => bytes,
-        };
-        let mut crc: u16 = 0;
-        for &b in tagged {
-            crc ^= (b as u16) << 8;
-            for _ in 0..8 {
-                crc = if crc & 0x8000 != 0 {
-                    (crc << 1) ^ 0x1021
-                } else {
-                    crc << 1
-                };
-            }
-        }
-        crc % 16384
+    fn slot_of(key: &str) -> u16 {
+        cluster_hash_slot(key.as_bytes())
     }
 
     #[test]
     fn keys_of_one_slot_share_one_cluster_slot() {
-        for slot in [0, 1, 7, 65535] {
-            let keys = slot_keys("rmq", "orders", slot);
-            let first = cluster_slot(&keys[0]);
-            assert!(keys.iter().all(|k| cluster_slot(k) == first), "{keys:?}");
+        for (slot, slots) in [(0, 1), (1, 2), (7, 64), (65535, 65536), (9, 16)] {
+            let keys = slot_keys("rmq", "orders", slot, slots);
+            let first = slot_of(&keys[0]);
+            assert!(keys.iter().all(|k| slot_of(k) == first), "{keys:?}");
+            let tag = slot_tag("orders", slot, slots);
+            assert_eq!(slot_of(&sharded_wake_channel("rmq", "orders", tag)), first);
+        }
+    }
+
+    #[test]
+    fn keys_of_different_slots_never_collide() {
+        let mut seen = std::collections::HashSet::new();
+        for slot in 0..1024 {
+            assert!(seen.insert(slot_keys("p", "t", slot, 1024)[0].clone()));
         }
     }
 
     #[test]
     fn cluster_slot_matches_the_reference_value() {
         // Redis documentation: CLUSTER KEYSLOT "123456789" == 12739 (CRC16 of "123456789" is 0x31C3).
-        assert_eq!(cluster_slot("123456789"), 0x31C3);
+        assert_eq!(slot_of("123456789"), 0x31C3);
         assert_eq!(
-            cluster_slot("{user1000}.following"),
-            cluster_slot("{user1000}.followers")
+            slot_of("{user1000}.following"),
+            slot_of("{user1000}.followers")
+        );
+        assert_eq!(slot_of("{}x"), slot_of("{}x"));
+    }
+
+    #[test]
+    fn the_tag_table_covers_every_hash_slot_and_never_changes() {
+        let table = tag_table();
+        for (h, tag) in table.iter().enumerate() {
+            assert_eq!(usize::from(slot_of(tag)), h);
+            assert!(tag.len() <= 4, "{tag}");
+        }
+        // Pinned: these name keys in every deployed Redis.
+        assert_eq!(slot_tag("orders", 0, 64), slot_tag("orders", 0, 64));
+        assert_eq!(table[slot_of("0") as usize], "0");
+        assert_eq!(
+            slot_keys("rmq", "orders", 3, 4)[0],
+            format!("rmq:{{{}}}:orders:3:q", slot_tag("orders", 3, 4))
         );
     }
 
     #[test]
+    fn slots_spread_evenly_over_equal_masters() {
+        // Three masters owning equal contiguous ranges, as `redis-cli --cluster create` assigns.
+        for topic in ["orders", "a", "jobs-1"] {
+            let mut per_master = [0u32; 3];
+            for slot in 0..64 {
+                let h = u32::from(slot_of(slot_tag(topic, slot, 64)));
+                per_master[(h * 3 / HASH_SLOTS) as usize] += 1;
+            }
+            assert!(
+                per_master.iter().all(|&n| (21..=22).contains(&n)),
+                "{per_master:?}"
+            );
+        }
+    }
+
+    #[test]
     fn every_key_starts_with_the_prefix() {
-        for k in slot_keys("team-a", "t", 3) {
+        for k in slot_keys("team-a", "t", 3, 4) {
             assert!(k.starts_with("team-a:"), "{k}");
         }
         assert!(topic_index("team-a").starts_with("team-a:"));
         assert!(wake_channel("team-a", "t").starts_with("team-a:"));
+        assert!(sharded_wake_channel("team-a", "t", "0").starts_with("team-a:"));
     }
 }

@@ -82,6 +82,7 @@
 
 mod admin;
 mod client;
+mod conn;
 mod consumer;
 mod error;
 mod group;

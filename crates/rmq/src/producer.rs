@@ -84,12 +84,13 @@ impl Topic {
         for (slot, idxs) in &by_slot {
             let keys = self.slot_keys(*slot);
             let slot_s = slot.to_string();
+            let channel = self.channel_for(*slot);
             for chunk in idxs.chunks(PER_CALL) {
                 let mut args: Vec<&[u8]> = vec![
                     spec.kind.code().as_bytes(),
                     max_payload.as_bytes(),
                     tolerance.as_bytes(),
-                    self.channel.as_bytes(),
+                    channel.as_bytes(),
                     slot_s.as_bytes(),
                 ];
                 for &i in chunk {

@@ -356,8 +356,36 @@ impl Topic {
         crate::slot::slot_of(basis, self.spec.slots)
     }
 
+    /// The Redis keys that hold slot `slot` (all under one hash tag), for
+    /// operators: `MEMORY USAGE`, ACL checks, finding a slot's node.
+    pub fn keys_of_slot(&self, slot: u32) -> Vec<String> {
+        self.slot_keys(slot).into()
+    }
+
     pub(crate) fn slot_keys(&self, slot: u32) -> [String; 10] {
-        crate::keys::slot_keys(self.client.prefix(), &self.spec.name, slot)
+        crate::keys::slot_keys(self.client.prefix(), &self.spec.name, slot, self.spec.slots)
+    }
+
+    /// The channel on which scripts working on `slot` announce a new head:
+    /// the topic's one channel on a single node, the sharded channel of the
+    /// slot's hash tag on a cluster.
+    pub(crate) fn channel_for(&self, slot: u32) -> std::borrow::Cow<'_, str> {
+        if self.client.is_cluster() {
+            let tag = crate::keys::slot_tag(&self.spec.name, slot, self.spec.slots);
+            crate::keys::sharded_wake_channel(self.client.prefix(), &self.spec.name, tag).into()
+        } else {
+            std::borrow::Cow::Borrowed(&self.channel)
+        }
+    }
+
+    /// Every distinct channel of the topic (see [`channel_for`](Self::channel_for)).
+    pub(crate) fn channels(&self) -> Vec<String> {
+        let mut all: Vec<String> = (0..self.spec.slots)
+            .map(|s| self.channel_for(s).into_owned())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
     }
 
     pub(crate) fn redis(&self) -> &crate::client::Redis {

@@ -143,8 +143,21 @@ async fn an_idle_consumer_does_not_poll() {
     d.ack().await.unwrap();
 }
 
-async fn calls(server: &RedisServer) -> u64 {
-    let client = redis::Client::open(server.url()).unwrap();
+/// Script calls so far, summed over every node.
+async fn calls(backend: &Backend) -> u64 {
+    let urls = match backend {
+        Backend::Single(s) => vec![s.url()],
+        Backend::Cluster(c) => c.urls(),
+    };
+    let mut total = 0;
+    for url in urls {
+        total += calls_on(&url).await;
+    }
+    total
+}
+
+async fn calls_on(url: &str) -> u64 {
+    let client = redis::Client::open(url).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     let info: String = redis::cmd("INFO")
         .arg("commandstats")

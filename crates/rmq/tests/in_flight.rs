@@ -8,7 +8,7 @@ use common::*;
 use rmq::{Delivery, Message, Settled, Topic, TopicKind, TopicSpec};
 
 async fn in_flight_with_duplicate() -> (
-    RedisServer,
+    Backend,
     Topic,
     rmq::Deliveries,
     rmq::CancellationToken,

@@ -48,6 +48,7 @@ pub(crate) fn pop_call(
     let count = count.to_string();
     let jitter = rand::random::<f64>().to_string();
     let slot_s = slot.to_string();
+    let channel = topic.channel_for(slot);
     let epoch = fence.map(|f| f.epoch.to_string()).unwrap_or_default();
     let owner: &str = fence.map(|f| &*f.owner).unwrap_or("");
     let args: [&[u8]; 12] = [
@@ -58,7 +59,7 @@ pub(crate) fn pop_call(
         a.backoff.as_bytes(),
         a.backoff_max.as_bytes(),
         jitter.as_bytes(),
-        topic.channel.as_bytes(),
+        channel.as_bytes(),
         slot_s.as_bytes(),
         a.dead_max.as_bytes(),
         owner.as_bytes(),

@@ -160,6 +160,7 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
     for ((slot, fence), reqs) in by_slot {
         let keys = topic.slot_keys(slot);
         let slot_s = slot.to_string();
+        let channel = topic.channel_for(slot);
         let owner: std::sync::Arc<str> = fence
             .as_ref()
             .map(|f| f.0.clone())
@@ -184,7 +185,7 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
                 a.backoff.as_bytes(),
                 a.backoff_max.as_bytes(),
                 jitter.as_bytes(),
-                topic.channel.as_bytes(),
+                channel.as_bytes(),
                 slot_s.as_bytes(),
                 a.dead_max.as_bytes(),
                 owner.as_bytes(),

@@ -1,5 +1,7 @@
-//! Wake-ups: a dedicated pub/sub connection listens on the topic's channel,
-//! where send and settle announce a slot's new head as `<slot>,<score>`.
+//! Wake-ups: a dedicated pub/sub connection listens on the topic's channel
+//! (a single node) or its sharded channels (a cluster: one per hash tag, on
+//! the node that owns it, so no notice is broadcast to every node), where
+//! send and settle announce a slot's new head as `<slot>,<score>`.
 //! It turns each notice into a hint and wakes the fetcher. After every
 //! (re)connection it marks all slots for a look, since notices sent while
 //! it was away are lost.
@@ -11,13 +13,53 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
+use crate::conn::{ClusterSeeds, Target};
 use crate::topic::Topic;
 
 pub(crate) async fn listen(topic: Topic, shared: Arc<Shared>, cancel: CancellationToken) {
+    match topic.redis().target.clone() {
+        Target::Single(client) => listen_single(client, topic, shared, cancel).await,
+        Target::Cluster(seeds) => listen_cluster(seeds, topic, shared, cancel).await,
+    }
+}
+
+/// Sleeps for the backoff (doubling it, up to 2 s); false when cancelled.
+async fn pause(backoff: &mut Duration, cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(*backoff) => {}
+        _ = cancel.cancelled() => return false,
+    }
+    *backoff = (*backoff * 2).min(Duration::from_secs(2));
+    true
+}
+
+/// Turns one notice into a hint and wakes the fetcher.
+fn deliver(shared: &Shared, payload: &[u8]) {
+    match parse(payload) {
+        Some(Notice::Head { slot, score }) => shared.lock().notify(slot, score),
+        Some(Notice::RetryAt { slot, ms }) => shared.lock().wake_at(slot, ms),
+        None => return,
+    }
+    shared.notify.notify_one();
+}
+
+/// After a (re)subscription: notices sent meanwhile are lost, look everywhere.
+fn look_everywhere(shared: &Shared) {
+    shared.lock().mark_all();
+    shared.notify.notify_one();
+}
+
+/// Single node: one SUBSCRIBE to the topic's channel.
+async fn listen_single(
+    client: redis::Client,
+    topic: Topic,
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
+) {
     let mut backoff = Duration::from_millis(50);
     while !cancel.is_cancelled() {
         let connect = async {
-            let mut ps = topic.redis().client.get_async_pubsub().await?;
+            let mut ps = client.get_async_pubsub().await?;
             ps.subscribe(&*topic.channel).await?;
             Ok::<_, redis::RedisError>(ps)
         };
@@ -26,36 +68,95 @@ pub(crate) async fn listen(topic: Topic, shared: Arc<Shared>, cancel: Cancellati
                 Ok(ps) => ps,
                 Err(e) => {
                     tracing::debug!("wake-up channel unavailable: {e}");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = cancel.cancelled() => return,
+                    if !pause(&mut backoff, &cancel).await {
+                        return;
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
                     continue;
                 }
             },
             _ = cancel.cancelled() => return,
         };
         backoff = Duration::from_millis(50);
-        shared.lock().mark_all();
-        shared.notify.notify_one();
+        look_everywhere(&shared);
         let mut messages = ps.on_message();
         loop {
             tokio::select! {
                 m = messages.next() => match m {
-                    Some(m) => {
-                        let payload: &[u8] = m.get_payload_bytes();
-                        match parse(payload) {
-                            Some(Notice::Head { slot, score }) => shared.lock().notify(slot, score),
-                            Some(Notice::RetryAt { slot, ms }) => shared.lock().wake_at(slot, ms),
-                            None => continue,
-                        }
-                        shared.notify.notify_one();
-                    }
+                    Some(m) => deliver(&shared, m.get_payload_bytes()),
                     None => break,
                 },
                 _ = cancel.cancelled() => return,
             }
+        }
+    }
+}
+
+/// Cluster: SSUBSCRIBE to the sharded channel of each of the topic's hash
+/// tags, each on the node that owns it (RESP3 pushes). When the server
+/// drops a subscription (its hash slot moved, failover) or a connection
+/// breaks, everything is subscribed again from scratch.
+async fn listen_cluster(
+    seeds: ClusterSeeds,
+    topic: Topic,
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
+) {
+    let channels = topic.channels();
+    let mut backoff = Duration::from_millis(50);
+    while !cancel.is_cancelled() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<redis::PushInfo>();
+        let connect = async {
+            let client = seeds
+                .builder()
+                .use_protocol(redis::ProtocolVersion::RESP3)
+                .push_sender(tx)
+                .build()?;
+            let conn = client.get_async_connection().await?;
+            let subscribe = channels.iter().map(|ch| {
+                let mut conn = conn.clone();
+                async move { conn.ssubscribe(ch).await }
+            });
+            for r in futures::future::join_all(subscribe).await {
+                r?;
+            }
+            Ok::<_, redis::RedisError>(conn)
+        };
+        let conn = tokio::select! {
+            r = connect => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!("wake-up channels unavailable: {e}");
+                    if !pause(&mut backoff, &cancel).await {
+                        return;
+                    }
+                    continue;
+                }
+            },
+            _ = cancel.cancelled() => return,
+        };
+        backoff = Duration::from_millis(50);
+        look_everywhere(&shared);
+        loop {
+            tokio::select! {
+                m = rx.recv() => match m {
+                    Some(push) => match push.kind {
+                        redis::PushKind::SMessage | redis::PushKind::Message => {
+                            if let Some(redis::Value::BulkString(p)) = push.data.get(1) {
+                                deliver(&shared, p);
+                            }
+                        }
+                        redis::PushKind::SUnsubscribe | redis::PushKind::Disconnection => break,
+                        _ => {}
+                    },
+                    None => break,
+                },
+                _ = cancel.cancelled() => return,
+            }
+        }
+        drop(conn);
+        tracing::debug!("wake-up subscriptions lost; subscribing again");
+        if !pause(&mut backoff, &cancel).await {
+            return;
         }
     }
 }

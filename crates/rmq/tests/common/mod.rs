@@ -5,28 +5,76 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use rmq::{CancellationToken, Client, Deliveries, Delivery, Topic, TopicKind, TopicSpec};
-pub use rmq_test_support::RedisServer;
+use rmq::{
+    CancellationToken, Client, ClientOptions, Deliveries, Delivery, Topic, TopicKind, TopicSpec,
+};
+pub use rmq_test_support::{RedisCluster, RedisServer};
 
-pub async fn setup(kind: TopicKind, slots: u32) -> (RedisServer, Client, Topic) {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.expect("connect");
-    let topic = client
-        .define_topic(
-            TopicSpec::new("t", kind)
-                .slots(slots)
-                .backoff(Duration::from_millis(20), Duration::from_millis(100)),
-        )
-        .await
-        .expect("define");
-    (server, client, topic)
+/// What the semantics tests run against: one throwaway node, or (with
+/// `RMQ_TEST_CLUSTER=1`) a throwaway 3-master Redis Cluster, so that the
+/// same tests prove the same invariants on both.
+pub enum Backend {
+    Single(RedisServer),
+    Cluster(RedisCluster),
 }
 
-pub async fn setup_with(spec: TopicSpec) -> (RedisServer, Client, Topic) {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.expect("connect");
+impl Backend {
+    pub fn start() -> Backend {
+        if std::env::var("RMQ_TEST_CLUSTER").is_ok_and(|v| v == "1") {
+            Backend::Cluster(RedisCluster::builder().replicas(0).start())
+        } else {
+            Backend::Single(RedisServer::start())
+        }
+    }
+
+    pub async fn connect(&self) -> Client {
+        match self {
+            Backend::Single(s) => Client::connect(&s.url()).await.expect("connect"),
+            Backend::Cluster(c) => {
+                let urls = c.urls();
+                Client::connect_cluster(&[urls[0].as_str()], ClientOptions::default())
+                    .await
+                    .expect("connect to cluster")
+            }
+        }
+    }
+}
+
+/// Runs a raw command: by key on a cluster (SCRIPT and other keyless
+/// commands go to every node), on the one node otherwise.
+pub async fn raw(backend: &Backend, args: &[&str]) -> redis::Value {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    match backend {
+        Backend::Single(s) => {
+            let client = redis::Client::open(s.url()).unwrap();
+            let mut c = client.get_multiplexed_async_connection().await.unwrap();
+            cmd.query_async(&mut c).await.unwrap()
+        }
+        Backend::Cluster(cl) => {
+            let client = redis::cluster::ClusterClient::new(cl.urls()).unwrap();
+            let mut c = client.get_async_connection().await.unwrap();
+            cmd.query_async(&mut c).await.unwrap()
+        }
+    }
+}
+
+pub async fn setup(kind: TopicKind, slots: u32) -> (Backend, Client, Topic) {
+    setup_with(
+        TopicSpec::new("t", kind)
+            .slots(slots)
+            .backoff(Duration::from_millis(20), Duration::from_millis(100)),
+    )
+    .await
+}
+
+pub async fn setup_with(spec: TopicSpec) -> (Backend, Client, Topic) {
+    let backend = Backend::start();
+    let client = backend.connect().await;
     let topic = client.define_topic(spec).await.expect("define");
-    (server, client, topic)
+    (backend, client, topic)
 }
 
 /// A stream consumer whose deliveries are ended by hand.

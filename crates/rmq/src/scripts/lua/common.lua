@@ -252,13 +252,20 @@ end
 
 -- Publishes "<slot>,<score>" when the head of the pending set changed, and
 -- "<slot>,<ms>,t" when a priority retry was scheduled (wake up then).
+-- A channel with a hash tag ('{') is a cluster's sharded channel of this
+-- slot's tag (SPUBLISH stays on the slot's shard); one without is a single
+-- node's topic channel (PUBLISH). Names cannot hold '{' otherwise.
 local function announce(kind, channel, slot, before_member, before_score, c)
   local m, s = head(kind)
+  local cmd = 'PUBLISH'
+  if string.find(channel, '{', 1, true) then
+    cmd = 'SPUBLISH'
+  end
   if m and (m ~= before_member or s ~= before_score) then
-    redis.call('PUBLISH', channel, slot .. ',' .. fmt(s))
+    redis.call(cmd, channel, slot .. ',' .. fmt(s))
   end
   if c and c.retry_at then
-    redis.call('PUBLISH', channel, slot .. ',' .. fmt(c.retry_at) .. ',t')
+    redis.call(cmd, channel, slot .. ',' .. fmt(c.retry_at) .. ',t')
   end
 end
 
