@@ -267,6 +267,53 @@ impl RedisCluster {
         }
     }
 
+    /// Moves one hash slot to the master node `to` by hand, the way
+    /// `redis-cli --cluster reshard` does (IMPORTING/MIGRATING, MIGRATE,
+    /// SETSLOT NODE), but one key at a time with `pause` between keys, so
+    /// that clients meet a half-moved slot (ASK, TRYAGAIN) for a while.
+    /// Returns the number of keys moved.
+    pub fn move_hash_slot(&self, slot: u16, to: usize, pause: Duration) -> usize {
+        let Some(from) = self.master_of_slot(slot) else {
+            self.panic_with_logs(&format!("no master serves hash slot {slot}"));
+        };
+        if from == to {
+            return 0;
+        }
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let s = slot.to_string();
+        let expect_ok = |i: usize, args: &[&str]| {
+            let out = self.cli(i, args);
+            if out != "OK" {
+                self.panic_with_logs(&format!("{args:?} on node {i}: {out}"));
+            }
+        };
+        expect_ok(to, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from_id]);
+        expect_ok(from, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id]);
+        let to_port = self.nodes[to].port().to_string();
+        let mut moved = 0;
+        loop {
+            let keys = self.cli(from, &["CLUSTER", "GETKEYSINSLOT", &s, "1"]);
+            let Some(key) = keys.lines().next().filter(|k| !k.is_empty()) else {
+                break;
+            };
+            let out = self.cli(from, &["MIGRATE", "127.0.0.1", &to_port, key, "0", "5000"]);
+            if out != "OK" && out != "NOKEY" {
+                self.panic_with_logs(&format!("MIGRATE {key}: {out}"));
+            }
+            moved += 1;
+            thread::sleep(pause);
+        }
+        // The new owner first, then the old one, then every other master.
+        expect_ok(to, &["CLUSTER", "SETSLOT", &s, "NODE", &to_id]);
+        expect_ok(from, &["CLUSTER", "SETSLOT", &s, "NODE", &to_id]);
+        for i in self.master_indices() {
+            if i != to && i != from {
+                expect_ok(i, &["CLUSTER", "SETSLOT", &s, "NODE", &to_id]);
+            }
+        }
+        moved
+    }
+
     fn all_ok(&self) -> bool {
         self.nodes
             .iter()

@@ -108,10 +108,11 @@ impl Client {
                 format!("cannot connect to Redis at {shown}: {e}; is redis-server running there?"),
             )
         })?;
-        let redis = Redis {
-            target: Target::Single(client),
-            conn: Conn::Single(conn),
-        };
+        let redis = Redis::new(
+            Target::Single(client),
+            Conn::Single(conn),
+            options.response_timeout,
+        );
         Self::finish(redis, options, shown).await
     }
 
@@ -172,10 +173,11 @@ impl Client {
                     ),
                 )
             })?;
-        let redis = Redis {
-            target: Target::Cluster(seeds),
-            conn: Conn::Cluster(conn),
-        };
+        let redis = Redis::new(
+            Target::Cluster(seeds),
+            Conn::Cluster(conn),
+            options.response_timeout,
+        );
         Self::finish(redis, options, shown).await
     }
 

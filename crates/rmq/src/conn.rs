@@ -71,12 +71,19 @@ pub(crate) struct ClusterSeeds {
 }
 
 impl ClusterSeeds {
-    /// A builder with rmq's settings (timeouts, retries).
+    /// A builder with rmq's settings. Redirects and a node that went away
+    /// are retried 20 times, waiting a random 20..500 ms (growing) between
+    /// tries: ~5 s in all, enough to ride out a failover with a node
+    /// timeout of a few seconds without parking callers for long (the
+    /// client's default waits grow to minutes).
     pub(crate) fn builder(&self) -> redis::cluster::ClusterClientBuilder {
         ClusterClient::builder(self.nodes.clone())
-            .connection_timeout(std::time::Duration::from_secs(5))
+            .connection_timeout(std::time::Duration::from_secs(2))
             .response_timeout(self.response_timeout)
-            .retries(12)
+            .retries(20)
+            .min_retry_wait(20)
+            .max_retry_wait(500)
+            .retry_wait_formula(10, 2)
     }
 }
 
@@ -85,7 +92,15 @@ impl ClusterSeeds {
 pub(crate) struct Redis {
     pub(crate) target: Target,
     pub(crate) conn: Conn,
+    /// Durable sends only, made on first use: `WAIT` blocks the connection
+    /// it is sent on until the replicas answer (up to its timeout), which
+    /// must not hold up consumers' pops and acks on the shared connection.
+    pub(crate) wait_conn: std::sync::Arc<tokio::sync::OnceCell<Conn>>,
+    pub(crate) response_timeout: std::time::Duration,
 }
+
+/// The longest WAIT timeout a durable send may ask for.
+pub(crate) const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What to ask of replicas after writes (durable sends).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +110,46 @@ pub(crate) struct WaitFor {
 }
 
 impl Redis {
+    pub(crate) fn new(target: Target, conn: Conn, response_timeout: std::time::Duration) -> Redis {
+        Redis {
+            target,
+            conn,
+            wait_conn: Default::default(),
+            response_timeout,
+        }
+    }
+
+    /// The connection for writes followed by WAIT.
+    async fn wait_conn(&self) -> Result<Conn> {
+        let timeout = self.response_timeout + MAX_WAIT;
+        let conn = self
+            .wait_conn
+            .get_or_try_init(|| async {
+                Ok::<_, Error>(match &self.target {
+                    Target::Single(client) => {
+                        let config = redis::aio::ConnectionManagerConfig::new()
+                            .set_response_timeout(Some(timeout))
+                            .set_connection_timeout(Some(std::time::Duration::from_secs(5)))
+                            .set_number_of_retries(2)
+                            .set_max_delay(std::time::Duration::from_secs(2));
+                        Conn::Single(
+                            ConnectionManager::new_with_config(client.clone(), config).await?,
+                        )
+                    }
+                    Target::Cluster(seeds) => Conn::Cluster(
+                        seeds
+                            .builder()
+                            .response_timeout(timeout)
+                            .build()?
+                            .get_async_connection()
+                            .await?,
+                    ),
+                })
+            })
+            .await?;
+        Ok(conn.clone())
+    }
+
     /// Whether this is a cluster connection.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.conn, Conn::Cluster(_))
@@ -126,9 +181,13 @@ impl Redis {
             (0..calls.len()).map(|_| None).collect();
         let mut pending: Vec<usize> = (0..calls.len()).collect();
         for round in 0..2 {
-            let results = match &self.conn {
-                Conn::Single(_) => self.single_pipeline(&calls, &pending, wait).await?,
-                Conn::Cluster(_) => self.cluster_each(&calls, &pending, wait).await,
+            let conn = match wait {
+                Some(_) => self.wait_conn().await?,
+                None => self.conn.clone(),
+            };
+            let results = match &conn {
+                Conn::Single(_) => single_pipeline(conn, &calls, &pending, wait).await?,
+                Conn::Cluster(_) => cluster_each(&conn, &calls, &pending, wait).await,
             };
             let mut missing = Vec::new();
             for (&i, (r, acked)) in pending.iter().zip(results) {
@@ -155,78 +214,6 @@ impl Redis {
                 })
             })
             .collect())
-    }
-
-    /// One pipeline: the calls, then one WAIT that covers all of them.
-    async fn single_pipeline(
-        &self,
-        calls: &[(ScriptId, Cmd)],
-        pending: &[usize],
-        wait: Option<WaitFor>,
-    ) -> Result<Vec<(redis::RedisResult<Value>, Option<u32>)>> {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for &i in pending {
-            pipe.add_command(calls[i].1.clone());
-        }
-        if let Some(w) = wait {
-            pipe.cmd("WAIT").arg(w.replicas).arg(w.timeout_ms);
-        }
-        let mut conn = self.conn.clone();
-        let mut results: Vec<redis::RedisResult<Value>> = pipe.query_async(&mut conn).await?;
-        let acked = if wait.is_some() {
-            match results.pop() {
-                Some(Ok(Value::Int(n))) => Some(u32::try_from(n).unwrap_or(0)),
-                _ => Some(0),
-            }
-        } else {
-            None
-        };
-        Ok(results.into_iter().map(|r| (r, acked)).collect())
-    }
-
-    /// Each call as its own command (or call + WAIT pipeline, routed by the
-    /// call's key), all concurrently.
-    async fn cluster_each(
-        &self,
-        calls: &[(ScriptId, Cmd)],
-        pending: &[usize],
-        wait: Option<WaitFor>,
-    ) -> Vec<(redis::RedisResult<Value>, Option<u32>)> {
-        let futures = pending.iter().map(|&i| {
-            let mut conn = self.conn.clone();
-            let cmd = &calls[i].1;
-            async move {
-                match wait {
-                    None => (cmd.query_async::<Value>(&mut conn).await, None),
-                    Some(w) => {
-                        let mut pipe = redis::pipe();
-                        pipe.ignore_errors();
-                        pipe.add_command(cmd.clone());
-                        pipe.cmd("WAIT").arg(w.replicas).arg(w.timeout_ms);
-                        let r: redis::RedisResult<Vec<redis::RedisResult<Value>>> =
-                            pipe.query_async(&mut conn).await;
-                        match r {
-                            Err(e) => (Err(e), None),
-                            Ok(mut v) => {
-                                let acked = match v.pop() {
-                                    Some(Ok(Value::Int(n))) => u32::try_from(n).unwrap_or(0),
-                                    _ => 0,
-                                };
-                                let first = v.pop().unwrap_or_else(|| {
-                                    Err(redis::RedisError::from((
-                                        redis::ErrorKind::Io,
-                                        "missing reply",
-                                    )))
-                                });
-                                (first, Some(acked))
-                            }
-                        }
-                    }
-                }
-            }
-        });
-        futures::future::join_all(futures).await
     }
 
     /// Runs one script call.
@@ -257,12 +244,148 @@ impl Redis {
                         .query_async(&mut conn)
                         .await?;
                 }
+                self.load_scripts_on_replicas().await;
             }
         }
         Ok(())
+    }
+
+    /// The cluster client sends SCRIPT LOAD to the masters only, and Redis
+    /// does not replicate the script cache: without this, a replica
+    /// promoted by a failover would answer NOSCRIPT to every call at the
+    /// worst moment. Best effort: a replica that cannot be reached now is
+    /// caught later by the NOSCRIPT reload.
+    async fn load_scripts_on_replicas(&self) {
+        let Target::Cluster(seeds) = &self.target else {
+            return;
+        };
+        let Some(template) = seeds.nodes.first() else {
+            return;
+        };
+        let mut conn = self.conn.clone();
+        let nodes: redis::RedisResult<String> = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut conn)
+            .await;
+        let Ok(nodes) = nodes else {
+            return;
+        };
+        for line in nodes.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(addr), Some(flags)) = (f.get(1), f.get(2)) else {
+                continue;
+            };
+            if !flags.contains("slave") || flags.contains("fail") || flags.contains("noaddr") {
+                continue;
+            }
+            let Some((host, port)) = addr.split('@').next().and_then(|a| a.rsplit_once(':')) else {
+                continue;
+            };
+            let Ok(port) = port.parse::<u16>() else {
+                continue;
+            };
+            let addr = match template.addr() {
+                redis::ConnectionAddr::TcpTls {
+                    insecure,
+                    tls_params,
+                    ..
+                } => redis::ConnectionAddr::TcpTls {
+                    host: host.to_string(),
+                    port,
+                    insecure: *insecure,
+                    tls_params: tls_params.clone(),
+                },
+                _ => redis::ConnectionAddr::Tcp(host.to_string(), port),
+            };
+            let info = template.clone().set_addr(addr);
+            let load = async {
+                let client = redis::Client::open(info)?;
+                let mut c = client.get_multiplexed_async_connection().await?;
+                let mut pipe = redis::pipe();
+                for id in ScriptId::ALL {
+                    pipe.cmd("SCRIPT").arg("LOAD").arg(&scripts::get(id).code);
+                }
+                pipe.query_async::<Vec<String>>(&mut c).await
+            };
+            let r = tokio::time::timeout(std::time::Duration::from_secs(5), load).await;
+            if !matches!(r, Ok(Ok(_))) {
+                tracing::debug!("could not load the scripts on replica {host}:{port}");
+            }
+        }
     }
 }
 
 fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// One pipeline: the calls, then one WAIT that covers all of them.
+async fn single_pipeline(
+    mut conn: Conn,
+    calls: &[(ScriptId, Cmd)],
+    pending: &[usize],
+    wait: Option<WaitFor>,
+) -> Result<Vec<(redis::RedisResult<Value>, Option<u32>)>> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for &i in pending {
+        pipe.add_command(calls[i].1.clone());
+    }
+    if let Some(w) = wait {
+        pipe.cmd("WAIT").arg(w.replicas).arg(w.timeout_ms);
+    }
+    let mut results: Vec<redis::RedisResult<Value>> = pipe.query_async(&mut conn).await?;
+    let acked = if wait.is_some() {
+        match results.pop() {
+            Some(Ok(Value::Int(n))) => Some(u32::try_from(n).unwrap_or(0)),
+            _ => Some(0),
+        }
+    } else {
+        None
+    };
+    Ok(results.into_iter().map(|r| (r, acked)).collect())
+}
+
+/// Each call as its own command (or call + WAIT pipeline, routed by the
+/// call's key), all concurrently.
+async fn cluster_each(
+    conn: &Conn,
+    calls: &[(ScriptId, Cmd)],
+    pending: &[usize],
+    wait: Option<WaitFor>,
+) -> Vec<(redis::RedisResult<Value>, Option<u32>)> {
+    let futures = pending.iter().map(|&i| {
+        let mut conn = conn.clone();
+        let cmd = &calls[i].1;
+        async move {
+            match wait {
+                None => (cmd.query_async::<Value>(&mut conn).await, None),
+                Some(w) => {
+                    let mut pipe = redis::pipe();
+                    pipe.ignore_errors();
+                    pipe.add_command(cmd.clone());
+                    pipe.cmd("WAIT").arg(w.replicas).arg(w.timeout_ms);
+                    let r: redis::RedisResult<Vec<redis::RedisResult<Value>>> =
+                        pipe.query_async(&mut conn).await;
+                    match r {
+                        Err(e) => (Err(e), None),
+                        Ok(mut v) => {
+                            let acked = match v.pop() {
+                                Some(Ok(Value::Int(n))) => u32::try_from(n).unwrap_or(0),
+                                _ => 0,
+                            };
+                            let first = v.pop().unwrap_or_else(|| {
+                                Err(redis::RedisError::from((
+                                    redis::ErrorKind::Io,
+                                    "missing reply",
+                                )))
+                            });
+                            (first, Some(acked))
+                        }
+                    }
+                }
+            }
+        }
+    });
+    futures::future::join_all(futures).await
 }

@@ -43,6 +43,10 @@ pub enum ErrorKind {
     Redis,
     /// The consumer or client was shut down.
     Shutdown,
+    /// A durable send was written on the master but fewer replicas than
+    /// asked acknowledged it in time: a failover now may lose it. Sending
+    /// it again is safe (it merges); it is retryable.
+    NotReplicated,
 }
 
 /// The error type of every fallible rmq call.
@@ -61,7 +65,7 @@ impl Error {
         Error {
             kind,
             message: message.into(),
-            retryable: kind == ErrorKind::Connection,
+            retryable: matches!(kind, ErrorKind::Connection | ErrorKind::NotReplicated),
             source: None,
         }
     }

@@ -199,6 +199,9 @@ pub struct Sent {
     /// True when the same key was in flight: this message waits and is
     /// delivered after that delivery ends, however it ends.
     pub behind_in_flight: bool,
+    /// Durable sends ([`Topic::durable`](crate::Topic::durable)): how many
+    /// replicas had the write when the send returned. `None` otherwise.
+    pub replicas: Option<u32>,
 }
 
 /// A message as a consumer receives it.

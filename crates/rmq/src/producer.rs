@@ -102,20 +102,21 @@ impl Topic {
                 call_members.push(chunk.to_vec());
             }
         }
-        let replies = self.redis().run(calls).await?;
+        let replies = self.redis().run_waiting(calls, self.durability).await?;
         let mut results: Vec<Option<Result<Sent>>> = (0..messages.len()).map(|_| None).collect();
-        for (reply, members) in replies.into_iter().zip(call_members) {
+        for ((reply, acked), members) in replies.into_iter().zip(call_members) {
             match reply {
                 Ok(v) => {
                     let codes = items(v);
                     for (j, &i) in members.iter().enumerate() {
                         let code = int_at(&codes, j + 1).unwrap_or(-3);
-                        results[i] = Some(decode(
+                        let sent = decode(
                             code,
                             slots[i],
                             spec.max_payload_bytes,
                             spec.past_tolerance_ms,
-                        ));
+                        );
+                        results[i] = Some(sent.and_then(|s| self.check_replicated(s, acked)));
                     }
                 }
                 Err(e) => {
@@ -138,27 +139,56 @@ impl Topic {
     }
 }
 
+impl Topic {
+    /// A durable send whose write fewer replicas than asked acknowledged
+    /// becomes a NotReplicated error.
+    fn check_replicated(&self, mut sent: Sent, acked: Option<u32>) -> Result<Sent> {
+        let Some(want) = self.durability else {
+            return Ok(sent);
+        };
+        let got = acked.unwrap_or(0);
+        sent.replicas = Some(got);
+        if got >= want.replicas {
+            return Ok(sent);
+        }
+        Err(Error::new(
+            ErrorKind::NotReplicated,
+            format!(
+                "the message was written on the master ({}) but only {got} of {} replicas \
+                 acknowledged it within {} ms: a failover now may lose it; sending it again is safe",
+                if sent.merged { "merged" } else { "new" },
+                want.replicas,
+                want.timeout_ms
+            ),
+        ))
+    }
+}
+
 fn decode(code: i64, slot: u32, max_payload: u64, tolerance: u64) -> Result<Sent> {
     match code {
         1 => Ok(Sent {
             slot,
             merged: false,
             behind_in_flight: false,
+            replicas: None,
         }),
         2 => Ok(Sent {
             slot,
             merged: true,
             behind_in_flight: false,
+            replicas: None,
         }),
         3 => Ok(Sent {
             slot,
             merged: false,
             behind_in_flight: true,
+            replicas: None,
         }),
         4 => Ok(Sent {
             slot,
             merged: true,
             behind_in_flight: true,
+            replicas: None,
         }),
         c => Err(Error::from_send_code(
             c,

@@ -304,6 +304,8 @@ pub struct Topic {
     pub(crate) spec: std::sync::Arc<TopicSpec>,
     pub(crate) channel: std::sync::Arc<str>,
     pub(crate) args: std::sync::Arc<ScriptArgs>,
+    /// Durable sends: WAIT for this many replicas after each send.
+    pub(crate) durability: Option<crate::conn::WaitFor>,
 }
 
 /// The topic settings every pop and settle call passes, as strings, made once.
@@ -333,7 +335,29 @@ impl Topic {
             spec: std::sync::Arc::new(spec),
             channel,
             args,
+            durability: None,
         }
+    }
+
+    /// A handle on the same topic whose sends are durable: each send
+    /// returns only after `replicas` replicas acknowledged its write (Redis
+    /// `WAIT` on the connection that wrote it), or fails with
+    /// [`ErrorKind::NotReplicated`](crate::ErrorKind::NotReplicated) when
+    /// fewer did within `timeout` (at most 60 s; the write stays on the
+    /// master; sending again is safe, it merges). Durable sends use a
+    /// connection of their own, since `WAIT` holds the connection it runs
+    /// on: consumers are never held up by a slow replica. Redis replication stays asynchronous: a
+    /// durable send survives the failover of its master to a replica that
+    /// acknowledged it; a plain send may be lost by a failover.
+    pub fn durable(&self, replicas: u32, timeout: std::time::Duration) -> Topic {
+        let mut t = self.clone();
+        t.durability = Some(crate::conn::WaitFor {
+            replicas,
+            timeout_ms: u64::try_from(timeout.min(crate::conn::MAX_WAIT).as_millis())
+                .unwrap_or(60_000)
+                .max(1),
+        });
+        t
     }
 
     /// The definition.

@@ -103,8 +103,15 @@ pub(crate) fn get(id: ScriptId) -> &'static Built {
     &all[idx]
 }
 
-/// An EVALSHA call of `id` with these keys and arguments.
+/// An EVALSHA call of `id` with these keys and arguments. All keys of one
+/// call must share one Redis Cluster hash slot (checked in debug builds, so
+/// every test of the suite checks every call it makes): no script can then
+/// ever fail with CROSSSLOT.
 pub(crate) fn call(id: ScriptId, keys: &[String], args: &[&[u8]]) -> redis::Cmd {
+    debug_assert!(
+        one_hash_slot(keys),
+        "{id:?} called with keys of several cluster slots: {keys:?}"
+    );
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(&get(id).sha).arg(keys.len()).arg(keys);
     for a in args {
@@ -113,9 +120,51 @@ pub(crate) fn call(id: ScriptId, keys: &[String], args: &[&[u8]]) -> redis::Cmd 
     cmd
 }
 
+/// Whether all keys hash to one Redis Cluster slot.
+pub(crate) fn one_hash_slot(keys: &[String]) -> bool {
+    let mut slots = keys
+        .iter()
+        .map(|k| crate::keys::cluster_hash_slot(k.as_bytes()));
+    match slots.next() {
+        Some(first) => slots.all(|s| s == first),
+        None => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_key_set_a_script_is_called_with_lies_in_one_cluster_slot() {
+        // The three key sets scripts are called with: a slot's ten keys, the
+        // topic index, a group's membership hash. Each lies in one slot...
+        for slots in [1, 2, 64, 1024, 65536] {
+            for slot in [0, 1, slots / 2, slots - 1] {
+                let keys = crate::keys::slot_keys("rmq", "orders", slot, slots);
+                assert!(one_hash_slot(&keys), "{keys:?}");
+            }
+        }
+        assert!(one_hash_slot(&[crate::keys::topic_index("p")]));
+        assert!(one_hash_slot(&[crate::keys::group_key("p", "t", "g")]));
+        // ...and the check that guards every call does catch a mix.
+        let mixed = [
+            crate::keys::slot_keys("rmq", "t", 0, 2)[0].clone(),
+            crate::keys::slot_keys("rmq", "t", 1, 2)[0].clone(),
+        ];
+        assert!(!one_hash_slot(&mixed));
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "several cluster slots")]
+    fn a_cross_slot_call_is_refused_before_it_is_sent() {
+        let mixed = [
+            crate::keys::slot_keys("rmq", "t", 0, 2)[0].clone(),
+            crate::keys::slot_keys("rmq", "t", 1, 2)[0].clone(),
+        ];
+        let _ = call(ScriptId::Send, &mixed, &[]);
+    }
 
     #[test]
     fn every_script_builds_with_a_shebang_and_distinct_sha() {

@@ -1,0 +1,351 @@
+//! Redis Cluster: slots spread over every master, durable sends, and no
+//! accepted message lost through a master failover or a resharding while
+//! producers and consumers keep working. (The core semantics tests run on a
+//! cluster too: `RMQ_TEST_CLUSTER=1 cargo test -p rmq`.)
+#![allow(clippy::unwrap_used)]
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmq::{
+    CancellationToken, Client, ClientOptions, ErrorKind, Message, Outcome, Topic, TopicKind,
+    TopicSpec,
+};
+use rmq_test_support::RedisCluster;
+
+async fn connect(cluster: &RedisCluster) -> Client {
+    let urls = cluster.urls();
+    let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
+    Client::connect_cluster(&seeds, ClientOptions::default())
+        .await
+        .unwrap()
+}
+
+/// The Redis Cluster hash slot that holds slot `slot` of the topic.
+fn hash_slot(cluster: &RedisCluster, topic: &Topic, slot: u32) -> u16 {
+    let key = &topic.keys_of_slot(slot)[0];
+    cluster
+        .cli(0, &["CLUSTER", "KEYSLOT", key])
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_s_slots_spread_evenly_over_every_master() {
+    let cluster = RedisCluster::builder().replicas(0).start();
+    let client = connect(&cluster).await;
+    let topic = client
+        .define_topic(TopicSpec::new("orders", TopicKind::Priority).slots(64))
+        .await
+        .unwrap();
+    let mut per_master: HashMap<usize, u32> = HashMap::new();
+    for slot in 0..64 {
+        let m = cluster
+            .master_of_slot(hash_slot(&cluster, &topic, slot))
+            .unwrap();
+        *per_master.entry(m).or_default() += 1;
+    }
+    let mut counts: Vec<u32> = per_master.values().copied().collect();
+    counts.sort_unstable();
+    assert_eq!(counts, [21, 21, 22], "{per_master:?}");
+    // The data really lands there: one message per slot, keys on every master.
+    let msgs: Vec<Message> = (0..64u32)
+        .map(|s| Message::new(format!("m{s}")).slot_basis(slot_basis_for(&topic, s)))
+        .collect();
+    let report = topic.send_batch(&msgs).await.unwrap();
+    assert_eq!(report.new_count(), 64);
+    for m in cluster.master_indices() {
+        assert!(
+            cluster.dbsize(m) >= 21 * 2,
+            "master {m} holds its slots' keys"
+        );
+    }
+    assert_eq!(topic.stats().await.unwrap().total.pending, 64);
+}
+
+/// A slot basis that maps to `slot`.
+fn slot_basis_for(topic: &Topic, slot: u32) -> String {
+    (0..)
+        .map(|i| format!("b{i}"))
+        .find(|b| topic.slot_of(b.as_bytes()) == slot)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_sends_wait_for_a_replica_and_say_when_none_answered() {
+    let cluster = RedisCluster::start();
+    let client = connect(&cluster).await;
+    let topic = client
+        .define_topic(TopicSpec::new("t", TopicKind::Priority).slots(1))
+        .await
+        .unwrap();
+    let durable = topic.durable(1, Duration::from_millis(300));
+    let sent = durable.send(Message::new("a")).await.unwrap();
+    assert_eq!(sent.replicas, Some(1));
+    assert_eq!(topic.send(Message::new("b")).await.unwrap().replicas, None);
+
+    // Freeze the replica of the slot's master: the write lands, WAIT times out.
+    let master = cluster
+        .master_of_slot(hash_slot(&cluster, &topic, 0))
+        .unwrap();
+    let master_id = cluster.node_id(master);
+    let replica = (0..cluster.nodes().len())
+        .find(|&i| {
+            i != master && cluster.cli(i, &["CLUSTER", "MYID"]) != master_id && {
+                let nodes = cluster.cli(i, &["CLUSTER", "NODES"]);
+                nodes
+                    .lines()
+                    .any(|l| l.contains("myself") && l.contains(&master_id))
+            }
+        })
+        .unwrap();
+    cluster.nodes()[replica].pause();
+    let e = durable.send(Message::new("c")).await.unwrap_err();
+    cluster.nodes()[replica].resume();
+    assert_eq!(e.kind(), ErrorKind::NotReplicated, "{e}");
+    assert!(e.is_retryable());
+    assert!(e.to_string().contains("0 of 1 replicas"), "{e}");
+    // The write itself was made.
+    assert_eq!(topic.stats().await.unwrap().total.pending, 3);
+}
+
+/// What a traffic run saw.
+#[derive(Default)]
+struct Ledger {
+    /// Keys whose send returned Ok.
+    accepted: HashSet<String>,
+    /// Keys whose send failed (outcome unknown: may or may not be written).
+    unknown: HashSet<String>,
+    /// Deliveries per key.
+    delivered: HashMap<String, u32>,
+    /// When sends and deliveries succeeded (for the unavailability window).
+    send_ok_at: Vec<Instant>,
+    delivered_at: Vec<Instant>,
+}
+
+/// Producers send unique keys in batches of 20 until `stop_sending`;
+/// a consumer acks everything until `stop`.
+fn traffic(
+    producer: Topic,
+    consumer: Topic,
+    ledger: Arc<Mutex<Ledger>>,
+    stop_sending: CancellationToken,
+    stop: CancellationToken,
+) -> (tokio::task::JoinHandle<()>, tokio::task::JoinHandle<()>) {
+    let l = ledger.clone();
+    let sender = tokio::spawn(async move {
+        let mut n = 0u64;
+        while !stop_sending.is_cancelled() {
+            let keys: Vec<String> = (0..20).map(|i| format!("m{}", n + i)).collect();
+            n += 20;
+            let msgs: Vec<Message> = keys.iter().map(|k| Message::new(k.as_str())).collect();
+            match producer.send_batch(&msgs).await {
+                Ok(report) => {
+                    let mut l = l.lock().unwrap();
+                    for (k, r) in keys.into_iter().zip(report.results) {
+                        match r {
+                            Ok(_) => {
+                                l.accepted.insert(k);
+                                l.send_ok_at.push(Instant::now());
+                            }
+                            Err(_) => {
+                                l.unknown.insert(k);
+                            }
+                        }
+                    }
+                }
+                Err(_) => {
+                    let mut l = l.lock().unwrap();
+                    l.unknown.extend(keys);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    let l = ledger;
+    let receiver = tokio::spawn(async move {
+        let _ = consumer
+            .consumer()
+            .concurrency(32)
+            .batch(32)
+            .rescan(Duration::from_millis(500))
+            .run(stop, move |m| {
+                let l = l.clone();
+                async move {
+                    let mut l = l.lock().unwrap();
+                    *l.delivered
+                        .entry(String::from_utf8_lossy(&m.key).into_owned())
+                        .or_default() += 1;
+                    l.delivered_at.push(Instant::now());
+                    Outcome::Ack
+                }
+            })
+            .await;
+    });
+    (sender, receiver)
+}
+
+/// Waits until every accepted key was delivered (or `limit` passes).
+async fn drain(ledger: &Mutex<Ledger>, limit: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        {
+            let l = ledger.lock().unwrap();
+            if l.accepted.iter().all(|k| l.delivered.contains_key(k)) {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The longest gap between successive instants after `from`.
+fn longest_gap(times: &[Instant], from: Instant) -> Duration {
+    let mut t: Vec<Instant> = times.iter().copied().filter(|&x| x >= from).collect();
+    t.sort_unstable();
+    t.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_failover_loses_no_durable_send() {
+    let mut cluster = RedisCluster::start();
+    let client = connect(&cluster).await;
+    let topic = client
+        .define_topic(
+            TopicSpec::new("t", TopicKind::Priority)
+                .slots(16)
+                .lease(Duration::from_secs(2))
+                .max_attempts(1000),
+        )
+        .await
+        .unwrap();
+    let durable = topic.durable(1, Duration::from_secs(1));
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let (stop_sending, stop) = (CancellationToken::new(), CancellationToken::new());
+    let (sender, receiver) = traffic(
+        durable,
+        topic.clone(),
+        ledger.clone(),
+        stop_sending.clone(),
+        stop.clone(),
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let victim = cluster
+        .master_of_slot(hash_slot(&cluster, &topic, 0))
+        .unwrap();
+    let killed_at = Instant::now();
+    cluster.kill(victim);
+    let failover = tokio::task::block_in_place(|| cluster.wait_failover(Duration::from_secs(30)));
+    // The old master comes back as a replica: durable sends succeed again.
+    tokio::task::block_in_place(|| cluster.node_mut(victim).restart());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop_sending.cancel();
+    sender.await.unwrap();
+    drain(&ledger, Duration::from_secs(30)).await;
+    stop.cancel();
+    receiver.await.unwrap();
+
+    let l = ledger.lock().unwrap();
+    let lost: Vec<&String> = l
+        .accepted
+        .iter()
+        .filter(|k| !l.delivered.contains_key(*k))
+        .collect();
+    let unexpected = l
+        .delivered
+        .keys()
+        .filter(|k| !l.accepted.contains(*k) && !l.unknown.contains(*k))
+        .count();
+    let duplicates: u32 = l.delivered.values().map(|n| n - 1).sum();
+    let recovered = l
+        .unknown
+        .iter()
+        .filter(|k| l.delivered.contains_key(*k))
+        .count();
+    let send_gap = longest_gap(&l.send_ok_at, killed_at - Duration::from_millis(200));
+    let delivery_gap = longest_gap(&l.delivered_at, killed_at - Duration::from_millis(200));
+    eprintln!(
+        "failover: accepted {} (durable), unknown outcome {} (recovered {recovered}), delivered {}, \
+         duplicates {duplicates}, lost {}, unexpected {unexpected}; failover took {failover:?}; \
+         longest gap without a successful send {send_gap:?}, without a delivery {delivery_gap:?}",
+        l.accepted.len(),
+        l.unknown.len(),
+        l.delivered.len(),
+        lost.len(),
+    );
+    assert!(l.accepted.len() > 200, "traffic flowed");
+    assert!(lost.is_empty(), "accepted durable sends lost: {lost:?}");
+    assert_eq!(unexpected, 0);
+    assert!(
+        l.send_ok_at.iter().any(|&t| t > killed_at + failover),
+        "sends resumed after the failover"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resharding_under_traffic_loses_nothing() {
+    let cluster = RedisCluster::builder().replicas(0).start();
+    let client = connect(&cluster).await;
+    let topic = client
+        .define_topic(
+            TopicSpec::new("t", TopicKind::Priority)
+                .slots(8)
+                .lease(Duration::from_secs(2)),
+        )
+        .await
+        .unwrap();
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let (stop_sending, stop) = (CancellationToken::new(), CancellationToken::new());
+    let (sender, receiver) = traffic(
+        topic.clone(),
+        topic.clone(),
+        ledger.clone(),
+        stop_sending.clone(),
+        stop.clone(),
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Move the hash slots of four topic slots to another master, key by key.
+    let mut moved_keys = 0;
+    for slot in 0..4 {
+        let hs = hash_slot(&cluster, &topic, slot);
+        let from = cluster.master_of_slot(hs).unwrap();
+        let to = *cluster
+            .master_indices()
+            .iter()
+            .find(|&&m| m != from)
+            .unwrap();
+        moved_keys += tokio::task::block_in_place(|| {
+            cluster.move_hash_slot(hs, to, Duration::from_millis(30))
+        });
+        assert_eq!(cluster.master_of_slot(hs), Some(to));
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop_sending.cancel();
+    sender.await.unwrap();
+    drain(&ledger, Duration::from_secs(30)).await;
+    stop.cancel();
+    receiver.await.unwrap();
+
+    {
+        let l = ledger.lock().unwrap();
+        let lost = l
+            .accepted
+            .iter()
+            .filter(|k| !l.delivered.contains_key(*k))
+            .count();
+        let duplicates: u32 = l.delivered.values().map(|n| n - 1).sum();
+        eprintln!(
+            "reshard: moved {moved_keys} keys in 4 hash slots; accepted {}, unknown {}, \
+         delivered {}, duplicates {duplicates}, lost {lost}",
+            l.accepted.len(),
+            l.unknown.len(),
+            l.delivered.len()
+        );
+        assert!(moved_keys >= 4, "the slots held keys while they moved");
+        assert_eq!(lost, 0);
+        assert!(l.accepted.len() > 200);
+    }
+    let st = topic.stats().await.unwrap().total;
+    assert_eq!((st.pending, st.in_flight), (0, 0), "{st:?}");
+}
