@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite (unit, integration and doc tests) after making
-# sure redis-server is installed. Extra arguments go to `cargo test`,
+# sure redis-server is installed, then the core semantics tests a second
+# time on a throwaway Redis Cluster (RMQ_TEST_CLUSTER=1; skipped when
+# arguments narrow the run). Extra arguments go to `cargo test`,
 # e.g. `scripts/test.sh -p rmq` or `scripts/test.sh -- --nocapture`.
 # With -p/--package only those packages are tested (--workspace would
 # otherwise override the selection).
@@ -17,3 +19,10 @@ for arg in "$@"; do
     esac
 done
 cargo test "${scope[@]}" --locked "$@"
+
+if [[ $# -eq 0 ]]; then
+    echo "== the core semantics tests again, on a 3-master Redis Cluster ==" >&2
+    RMQ_TEST_CLUSTER=1 cargo test -p rmq --locked \
+        --test merge --test ordering --test lifecycle --test in_flight \
+        --test consumer_run --test serial --test faults --test model
+fi

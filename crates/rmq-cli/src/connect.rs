@@ -8,13 +8,26 @@ use crate::{CliResult, Global};
 
 /// Connects to `--redis` (or `REDIS_URL`, or the default) under `--prefix`.
 pub async fn client(g: &Global) -> CliResult<Client> {
-    client_at(g.url(), &g.prefix).await
+    client_at(g.url(), &g.prefix, g.cluster).await
 }
 
-/// Connects to `url` under `prefix`.
-pub async fn client_at(url: &str, prefix: &str) -> CliResult<Client> {
-    tracing::info!("connecting to {} (prefix {prefix:?})", rmq::redact(url));
+/// Connects to `url` under `prefix`; with `cluster`, `url` is one or more
+/// comma-separated seed nodes of a Redis Cluster.
+pub async fn client_at(url: &str, prefix: &str, cluster: bool) -> CliResult<Client> {
     let options = ClientOptions::default().prefix(prefix);
+    if cluster {
+        let seeds: Vec<&str> = url
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        tracing::info!(
+            "connecting to the Redis Cluster at {} (prefix {prefix:?})",
+            rmq::redact(url)
+        );
+        return Ok(Client::connect_cluster(&seeds, options).await?);
+    }
+    tracing::info!("connecting to {} (prefix {prefix:?})", rmq::redact(url));
     Ok(Client::connect_with(url, options).await?)
 }
 

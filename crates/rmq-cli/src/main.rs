@@ -40,6 +40,10 @@ pub struct Global {
     /// Redis URL [default: env REDIS_URL, else redis://127.0.0.1:6379]
     #[arg(long = "redis", value_name = "URL", env = "REDIS_URL", global = true)]
     pub redis: Option<String>,
+    /// Treat --redis as the seed node(s) of a Redis Cluster (one URL, or
+    /// several separated by commas)
+    #[arg(long, env = "RMQ_CLUSTER", global = true)]
+    pub cluster: bool,
     /// Key prefix (namespace) of the queues
     #[arg(long, value_name = "NS", default_value = "rmq", global = true)]
     pub prefix: String,

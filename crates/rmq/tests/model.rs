@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use rmq::{Client, Delivery, Message, Topic, TopicKind, TopicSpec};
+use rmq::{Delivery, Message, Topic, TopicKind, TopicSpec};
 
 const MAX_ATTEMPTS: u32 = 3;
 
@@ -230,9 +230,9 @@ async fn check(topic: &Topic, m: &Model) -> Result<(), TestCaseError> {
 
 #[test]
 fn protocol_matches_the_model_after_every_step() {
-    let server = RedisServer::start();
+    let backend = Backend::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = rt.block_on(Client::connect(&server.url())).unwrap();
+    let client = rt.block_on(backend.connect());
     let case = AtomicU32::new(0);
     let mut runner = TestRunner::new(Config {
         cases: 48,

@@ -98,7 +98,7 @@ pub async fn run(g: &Global, _a: DemoArgs) -> CliResult {
             (Some(server), url, "rmq-demo".to_string())
         }
     };
-    let client = connect::client_at(&url, &prefix).await?;
+    let client = connect::client_at(&url, &prefix, g.cluster).await?;
     let result = steps(&client).await;
     drop(client);
     let cleanup = match server {
@@ -106,7 +106,7 @@ pub async fn run(g: &Global, _a: DemoArgs) -> CliResult {
             s.stop();
             say("\nstopped the throwaway redis-server")
         }
-        None => match delete_prefix(&url, &prefix).await {
+        None => match delete_prefix(&url, &prefix, g.cluster).await {
             Ok(n) => say(&format!("\ndeleted the demo's {n} keys under {prefix:?}")),
             Err(e) => {
                 output::warn_line(&format!(
@@ -170,8 +170,44 @@ async fn start_server() -> CliResult<RedisServer> {
     })
 }
 
-/// Deletes every key under `prefix:` (only ever the demo's random prefix).
-async fn delete_prefix(url: &str, prefix: &str) -> Result<u64, redis::RedisError> {
+/// Deletes every key under `prefix:` (only ever the demo's random prefix),
+/// on every master of a cluster.
+async fn delete_prefix(url: &str, prefix: &str, cluster: bool) -> Result<u64, redis::RedisError> {
+    if !cluster {
+        return delete_prefix_on(url, prefix).await;
+    }
+    let seed = url.split(',').next().unwrap_or(url).trim();
+    let client = redis::Client::open(seed)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut conn)
+        .await?;
+    let mut deleted = 0;
+    for line in nodes.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(addr), Some(flags)) = (f.get(1), f.get(2)) else {
+            continue;
+        };
+        if !flags.contains("master") || flags.contains("fail") {
+            continue;
+        }
+        let hostport = addr.split('@').next().unwrap_or(addr);
+        let node_url = match seed.split_once("://") {
+            Some((scheme, rest)) => match rest.rsplit_once('@') {
+                Some((userinfo, _)) => format!("{scheme}://{userinfo}@{hostport}"),
+                None => format!("{scheme}://{hostport}"),
+            },
+            None => format!("redis://{hostport}"),
+        };
+        deleted += delete_prefix_on(&node_url, prefix).await?;
+    }
+    Ok(deleted)
+}
+
+/// Deletes every key under `prefix:` on one node, one UNLINK per key (keys
+/// of several cluster slots may not share one command).
+async fn delete_prefix_on(url: &str, prefix: &str) -> Result<u64, redis::RedisError> {
     let client = redis::Client::open(url)?;
     let mut conn = client.get_multiplexed_async_connection().await?;
     let mut cursor: u64 = 0;
@@ -186,8 +222,12 @@ async fn delete_prefix(url: &str, prefix: &str) -> Result<u64, redis::RedisError
             .query_async(&mut conn)
             .await?;
         if !keys.is_empty() {
-            let n: u64 = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await?;
-            deleted += n;
+            let mut pipe = redis::pipe();
+            for k in &keys {
+                pipe.cmd("UNLINK").arg(k);
+            }
+            let n: Vec<u64> = pipe.query_async(&mut conn).await?;
+            deleted += n.iter().sum::<u64>();
         }
         if next == 0 {
             return Ok(deleted);

@@ -1,0 +1,67 @@
+//! The CLI on a Redis Cluster: `--cluster` makes `--redis` the seed nodes
+//! (comma-separated), and every subcommand works as on one node.
+
+mod support;
+
+use rmq_test_support::RedisCluster;
+use support::{bin, run, Run};
+
+fn rmq(seeds: &str, args: &[&str]) -> Run {
+    let mut c = bin();
+    c.arg("--cluster").arg("--redis").arg(seeds).args(args);
+    run(c, b"")
+}
+
+#[test]
+fn every_subcommand_works_on_a_cluster() {
+    let cluster = RedisCluster::builder().replicas(0).start();
+    let urls = cluster.urls();
+    let seeds = format!("{},{}", urls[1], urls[2]);
+    rmq(
+        &seeds,
+        &[
+            "topic", "create", "jobs", "--kind", "priority", "--slots", "16",
+        ],
+    )
+    .success();
+    let input: String = (0..50)
+        .map(|i| format!("{{\"payload\":\"job-{i}\",\"priority\":{}}}\n", i % 3))
+        .collect();
+    let mut c = bin();
+    c.args(["--cluster", "--redis", &seeds, "send", "jobs", "--batch"]);
+    run(c, input.as_bytes()).success();
+    let stats = rmq(&seeds, &["--json", "stats", "jobs"]).success().json();
+    assert_eq!(stats[0]["pending"], 50, "{stats:?}");
+    // The topic's keys live on every master.
+    for m in cluster.master_indices() {
+        assert!(cluster.dbsize(m) > 0, "master {m} holds part of the topic");
+    }
+    let consumed = rmq(&seeds, &["--json", "consume", "jobs", "--max", "50"])
+        .success()
+        .json();
+    assert_eq!(consumed.len(), 50);
+    let stats = rmq(&seeds, &["--json", "stats", "jobs"]).success().json();
+    assert_eq!(
+        (stats[0]["pending"].clone(), stats[0]["acked"].clone()),
+        (0.into(), 50.into())
+    );
+
+    let demo = rmq(&urls[0], &["demo"]).success();
+    assert!(
+        demo.stdout.contains("1000 sends merged into 3 messages"),
+        "{demo:?}"
+    );
+    assert!(demo.stdout.contains("deleted the demo's"), "{demo:?}");
+    // Only the user's topic is left.
+    let topics = rmq(&seeds, &["--json", "topic", "list"]).success().json();
+    assert_eq!(topics.len(), 1, "{topics:?}");
+}
+
+#[test]
+fn a_plain_node_given_as_a_cluster_is_one_clear_error() {
+    let server = rmq_test_support::RedisServer::start();
+    let r = rmq(&server.url(), &["topic", "list"]);
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("cluster"), "{r:?}");
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{r:?}");
+}
