@@ -9,9 +9,14 @@ use clap::Parser;
     about = "Benchmarks rmq against a real redis-server"
 )]
 pub(crate) struct Args {
-    /// Redis URL to use instead of a throwaway redis-server.
+    /// Redis URL to use instead of a throwaway redis-server (with
+    /// --cluster: seed node URLs, comma-separated).
     #[arg(long)]
     pub(crate) redis: Option<String>,
+    /// Run on a Redis Cluster: the --redis seeds, or a throwaway cluster of
+    /// 3 masters (no replicas). Runs the send and consume scenarios.
+    #[arg(long)]
+    pub(crate) cluster: bool,
     /// Multiplies every message count (1.0: 200k for send/consume, 100k for
     /// consume_mode, 1M for merge_heavy and memory).
     #[arg(long, default_value_t = 1.0)]

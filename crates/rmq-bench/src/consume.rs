@@ -9,7 +9,7 @@ use rmq::{CancellationToken, Client, Outcome, TopicKind};
 use serde_json::json;
 
 use crate::env::Env;
-use crate::redis_stats::{info_field, redis_cpu_secs};
+use crate::redis_stats::{info_field_sum, redis_cpu_secs_sum};
 use crate::report::{round, Row};
 use crate::workload::{define, send_all, SEND_N};
 
@@ -32,14 +32,14 @@ pub(crate) async fn consume(env: &Env, client: Client, c: usize, batch: usize) -
     let kind = TopicKind::Priority;
     let topic = define(&client, "bench", kind).await?;
     send_all(&topic, kind, n, 1000).await?;
-    let mut raw = env.raw().await?;
-    let cpu0 = redis_cpu_secs(&mut raw).await?;
-    let cmds0 = info_field(&mut raw, "stats", "total_commands_processed").await?;
+    let mut raw = env.raw_all().await?;
+    let cpu0 = redis_cpu_secs_sum(&mut raw).await?;
+    let cmds0 = info_field_sum(&mut raw, "stats", "total_commands_processed").await?;
     let own0 = own_cpu_secs();
     let drain = Drain::start(&topic, c, batch);
     let secs = drain.wait_acked(&topic, n).await?;
-    let cpu1 = redis_cpu_secs(&mut raw).await?;
-    let cmds1 = info_field(&mut raw, "stats", "total_commands_processed").await?;
+    let cpu1 = redis_cpu_secs_sum(&mut raw).await?;
+    let cmds1 = info_field_sum(&mut raw, "stats", "total_commands_processed").await?;
     let own1 = own_cpu_secs();
     let report = drain.finish().await?;
     Ok(Row::new(

@@ -4,11 +4,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use rmq::{CancellationToken, Client, ClientOptions, Outcome, TopicKind, TopicSpec};
+use rmq::{CancellationToken, Client, Outcome, TopicKind, TopicSpec};
 use serde_json::json;
 
 use crate::env::Env;
-use crate::redis_stats::{info_field, redis_cpu_secs};
+use crate::redis_stats::{info_field_sum, redis_cpu_secs_sum};
 use crate::report::{round, Row};
 use crate::workload::send_all;
 
@@ -47,15 +47,16 @@ pub(crate) async fn consume_mode(
 
     let mut topics = Vec::with_capacity(MODE_CONSUMERS);
     for _ in 0..MODE_CONSUMERS {
-        let c = Client::connect_with(&env.url, ClientOptions::default().prefix(client.prefix()))
+        let c = env
+            .client_with_prefix(client.prefix())
             .await
             .context("connecting a consumer's client")?;
         topics.push(c.topic("bench").await?);
     }
 
-    let mut raw = env.raw().await?;
-    let cpu0 = redis_cpu_secs(&mut raw).await?;
-    let cmds0 = info_field(&mut raw, "stats", "total_commands_processed").await?;
+    let mut raw = env.raw_all().await?;
+    let cpu0 = redis_cpu_secs_sum(&mut raw).await?;
+    let cmds0 = info_field_sum(&mut raw, "stats", "total_commands_processed").await?;
     let cancel = CancellationToken::new();
     let _guard = cancel.clone().drop_guard();
     let start = Instant::now();
@@ -93,8 +94,8 @@ pub(crate) async fn consume_mode(
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let cpu1 = redis_cpu_secs(&mut raw).await?;
-    let cmds1 = info_field(&mut raw, "stats", "total_commands_processed").await?;
+    let cpu1 = redis_cpu_secs_sum(&mut raw).await?;
+    let cmds1 = info_field_sum(&mut raw, "stats", "total_commands_processed").await?;
     cancel.cancel();
     let mut per_consumer = Vec::with_capacity(MODE_CONSUMERS);
     let mut failed_settles = 0;

@@ -7,9 +7,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use rmq::{Client, ClientOptions};
 
+/// The throwaway server(s) the bench started (dropping kills them).
+pub(crate) enum Servers {
+    One(rmq_test_support::RedisServer),
+    Cluster(rmq_test_support::RedisCluster),
+}
+
 /// Where to run and how big.
 pub(crate) struct Env {
+    /// The URL, or a cluster's comma-separated seed URLs.
     pub(crate) url: String,
+    /// Cluster mode: every node's URL (server statistics and cleanup).
+    pub(crate) cluster_nodes: Option<Vec<String>>,
     /// True when we started the server ourselves (FLUSHALL allowed).
     pub(crate) owned: bool,
     pub(crate) scale: f64,
@@ -35,10 +44,35 @@ impl Env {
     }
 
     pub(crate) async fn client(&self) -> Result<Client> {
-        let opts = ClientOptions::default().prefix(self.fresh_prefix());
+        self.client_with_prefix(&self.fresh_prefix()).await
+    }
+
+    /// Another client on the same Redis (or cluster) under `prefix`.
+    pub(crate) async fn client_with_prefix(&self, prefix: &str) -> Result<Client> {
+        let opts = ClientOptions::default().prefix(prefix);
+        if self.cluster_nodes.is_some() {
+            let seeds: Vec<&str> = self.url.split(',').map(str::trim).collect();
+            return Client::connect_cluster(&seeds, opts)
+                .await
+                .context("connecting to the Redis Cluster");
+        }
         Client::connect_with(&self.url, opts)
             .await
             .context("connecting to Redis")
+    }
+
+    /// A plain connection to every node (one node unless a cluster).
+    pub(crate) async fn raw_all(&self) -> Result<Vec<redis::aio::MultiplexedConnection>> {
+        let urls = match &self.cluster_nodes {
+            Some(nodes) => nodes.clone(),
+            None => vec![self.url.clone()],
+        };
+        let mut out = Vec::new();
+        for u in urls {
+            let c = redis::Client::open(u.as_str())?;
+            out.push(c.get_multiplexed_async_connection().await?);
+        }
+        Ok(out)
     }
 
     pub(crate) async fn raw(&self) -> Result<redis::aio::MultiplexedConnection> {
@@ -46,9 +80,18 @@ impl Env {
         Ok(c.get_multiplexed_async_connection().await?)
     }
 
-    /// Deletes every key under the client's prefix.
+    /// Deletes every key under the client's prefix (on every node).
     pub(crate) async fn cleanup(&self, client: &Client) -> Result<()> {
-        let mut conn = self.raw().await?;
+        for conn in self.raw_all().await? {
+            Self::cleanup_on(conn, client).await?;
+        }
+        Ok(())
+    }
+
+    async fn cleanup_on(
+        mut conn: redis::aio::MultiplexedConnection,
+        client: &Client,
+    ) -> Result<()> {
         let pattern = format!("{}:*", client.prefix());
         let mut cursor: u64 = 0;
         loop {
@@ -61,10 +104,12 @@ impl Env {
                 .query_async(&mut conn)
                 .await?;
             if !keys.is_empty() {
-                let _: i64 = redis::cmd("UNLINK")
-                    .arg(&keys)
-                    .query_async(&mut conn)
-                    .await?;
+                // One UNLINK per key: a cluster node refuses keys of several slots in one.
+                let mut pipe = redis::pipe();
+                for k in &keys {
+                    pipe.cmd("UNLINK").arg(k).ignore();
+                }
+                let _: () = pipe.query_async(&mut conn).await?;
             }
             if next == 0 {
                 break;

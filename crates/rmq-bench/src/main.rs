@@ -30,10 +30,16 @@ mod suite;
 mod workload;
 
 use cli::Args;
-use env::Env;
+use env::{Env, Servers};
 use report::table;
 use runner::spawn_watchdog;
 use suite::run_all;
+
+/// A given cluster's nodes: the seeds stand for all of them (statistics
+/// then cover the seeds only; pass every node to see all).
+fn cluster_nodes_of(seeds: &str) -> Vec<String> {
+    seeds.split(',').map(|s| s.trim().to_string()).collect()
+}
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
@@ -43,13 +49,20 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::from(2);
     }
     // The throwaway server lives until the end of main (dropping it kills it).
-    let server = match args.redis {
-        Some(_) => None,
-        None => Some(rmq_test_support::RedisServer::start()),
+    let server = match (&args.redis, args.cluster) {
+        (Some(_), _) => None,
+        (None, false) => Some(Servers::One(rmq_test_support::RedisServer::start())),
+        (None, true) => Some(Servers::Cluster(
+            rmq_test_support::RedisCluster::builder()
+                .replicas(0)
+                .start(),
+        )),
     };
-    let url = match (&args.redis, &server) {
-        (Some(u), _) => u.clone(),
-        (None, Some(s)) => s.url(),
+    let (url, cluster_nodes) = match (&args.redis, &server) {
+        (Some(u), _) if args.cluster => (u.clone(), Some(cluster_nodes_of(u))),
+        (Some(u), _) => (u.clone(), None),
+        (None, Some(Servers::One(s))) => (s.url(), None),
+        (None, Some(Servers::Cluster(c))) => (c.urls().join(","), Some(c.urls())),
         (None, None) => unreachable!("a server was started"),
     };
     let owned = server.is_some();
@@ -57,6 +70,7 @@ fn main() -> std::process::ExitCode {
     spawn_watchdog(server.clone());
     let env = Env {
         url,
+        cluster_nodes,
         owned,
         scale,
         smoke: args.smoke,
@@ -78,7 +92,13 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let out = rt.block_on(run_all(&env, &args.only));
+    let only: Vec<String> = if args.cluster && args.only.is_empty() {
+        // The other scenarios read one server's memory and clients.
+        vec!["send".into(), "consume".into()]
+    } else {
+        args.only.clone()
+    };
+    let out = rt.block_on(run_all(&env, &only));
     rt.shutdown_timeout(Duration::from_secs(5));
     eprintln!("\n{}", table(&out.rows));
     for s in &out.skipped {

@@ -22,6 +22,30 @@ pub(crate) async fn redis_cpu_secs(conn: &mut redis::aio::MultiplexedConnection)
         + info_field(conn, "cpu", "used_cpu_user").await?)
 }
 
+/// A field summed over several nodes (a cluster's; or the one node).
+pub(crate) async fn info_field_sum(
+    conns: &mut [redis::aio::MultiplexedConnection],
+    section: &str,
+    field: &str,
+) -> Result<f64> {
+    let mut total = 0.0;
+    for c in conns.iter_mut() {
+        total += info_field(c, section, field).await?;
+    }
+    Ok(total)
+}
+
+/// Redis CPU seconds summed over several nodes.
+pub(crate) async fn redis_cpu_secs_sum(
+    conns: &mut [redis::aio::MultiplexedConnection],
+) -> Result<f64> {
+    let mut total = 0.0;
+    for c in conns.iter_mut() {
+        total += redis_cpu_secs(c).await?;
+    }
+    Ok(total)
+}
+
 /// `used_memory` once it stops moving (UNLINK and lazy frees of earlier
 /// cases finish in the background), at most ~3 s of polling.
 pub(crate) async fn settled_used_memory(

@@ -50,7 +50,7 @@ pub(crate) fn set_current(v: Option<(Instant, String)>) {
 /// A plain thread that ends the process when a case overruns its budget by
 /// far: the in-runtime timeouts cannot fire if a library bug blocks every
 /// runtime worker. Kills the throwaway server first.
-pub(crate) fn spawn_watchdog(server: Arc<Mutex<Option<rmq_test_support::RedisServer>>>) {
+pub(crate) fn spawn_watchdog(server: Arc<Mutex<Option<crate::env::Servers>>>) {
     std::thread::spawn(move || loop {
         std::thread::sleep(Duration::from_millis(500));
         let overdue = CURRENT
