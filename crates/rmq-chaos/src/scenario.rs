@@ -1,0 +1,609 @@
+//! Scenarios: what runs, which faults, and what the checker must find.
+//!
+//! Flow of every run: start a throwaway Redis (and the proxy), define the
+//! topics, start supervised consumers and the producers, inject faults
+//! while the producers run, wait for the queues to drain, stop the
+//! consumers, read the final state, check, print.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rmq::Client;
+use rmq_test_support::RedisServer;
+
+use crate::checker::{check, Expectations, FinalState, Report};
+use crate::faults::{inject, Fault, Targets, SINGLE_NODE_MIX};
+use crate::history::{now_ms, read_dir, Event, Writer};
+use crate::procs::{spawn, Supervised};
+use crate::proxy::Proxy;
+use crate::workload::{planned, spec, TopicSettings, TOPICS};
+
+/// A scenario's definition.
+pub struct Scenario {
+    pub name: &'static str,
+    pub about: &'static str,
+    messages: u64,
+    producers: u64,
+    /// Per producer: one batch of `batch` every `every_ms`.
+    batch: u64,
+    every_ms: u64,
+    consumers: usize,
+    concurrency: usize,
+    serial: bool,
+    settings: TopicSettings,
+    poison_every: u64,
+    appendfsync: Option<&'static str>,
+    proxy: bool,
+    faults: &'static [Fault],
+    /// Time between faults (ms); one fault at a time.
+    fault_every_ms: u64,
+    /// Kill -9 Redis once, this long after the start (durability).
+    kill_redis_after_ms: Option<u64>,
+    durable: Option<u32>,
+}
+
+const BASE: TopicSettings = TopicSettings {
+    slots: 4,
+    lease: Duration::from_secs(2),
+    max_attempts: 50,
+};
+
+pub const ALL: &[Scenario] = &[
+    Scenario {
+        name: "baseline",
+        about: "no faults: every message once, nothing lost, duplicated or early",
+        messages: 3000,
+        producers: 2,
+        batch: 10,
+        every_ms: 20,
+        consumers: 2,
+        concurrency: 8,
+        serial: false,
+        settings: BASE,
+        poison_every: 0,
+        appendfsync: None,
+        proxy: false,
+        faults: &[],
+        fault_every_ms: 0,
+        kill_redis_after_ms: None,
+        durable: None,
+    },
+    Scenario {
+        name: "chaos",
+        about: "single node, AOF always, ~20k messages, a fault every 3 s of 11 kinds for ~100 s",
+        messages: 20_000,
+        producers: 2,
+        batch: 10,
+        every_ms: 100,
+        consumers: 3,
+        concurrency: 8,
+        serial: false,
+        settings: BASE,
+        poison_every: 0,
+        appendfsync: Some("always"),
+        proxy: true,
+        faults: &SINGLE_NODE_MIX,
+        fault_every_ms: 3000,
+        kill_redis_after_ms: None,
+        durable: None,
+    },
+    Scenario {
+        name: "poison",
+        about: "1 in ~60 messages crashes its consumer: each ends dead after max attempts, no crash loop",
+        messages: 1200,
+        producers: 1,
+        batch: 20,
+        every_ms: 20,
+        consumers: 2,
+        concurrency: 1,
+        serial: false,
+        settings: TopicSettings {
+            slots: 4,
+            lease: Duration::from_millis(800),
+            max_attempts: 3,
+        },
+        poison_every: 60,
+        appendfsync: None,
+        proxy: false,
+        faults: &[],
+        fault_every_ms: 0,
+        kill_redis_after_ms: None,
+        durable: None,
+    },
+    Scenario {
+        name: "zombie",
+        about: "serial mode: consumers SIGSTOPped past their slot lease, then resumed; no overlap",
+        messages: 3000,
+        producers: 1,
+        batch: 10,
+        every_ms: 40,
+        consumers: 3,
+        concurrency: 4,
+        serial: true,
+        settings: TopicSettings {
+            slots: 8,
+            lease: Duration::from_secs(1),
+            max_attempts: 50,
+        },
+        poison_every: 0,
+        appendfsync: None,
+        proxy: false,
+        faults: &[Fault::StopConsumer, Fault::StopConsumer, Fault::KillConsumer],
+        fault_every_ms: 2500,
+        kill_redis_after_ms: None,
+        durable: None,
+    },
+    Scenario {
+        name: "durable-always",
+        about: "kill -9 Redis mid-run with appendfsync always: nothing accepted is lost",
+        messages: 3000,
+        producers: 2,
+        batch: 10,
+        every_ms: 20,
+        consumers: 2,
+        concurrency: 8,
+        serial: false,
+        settings: BASE,
+        poison_every: 0,
+        appendfsync: Some("always"),
+        proxy: false,
+        faults: &[],
+        fault_every_ms: 0,
+        kill_redis_after_ms: Some(1500),
+        durable: None,
+    },
+    Scenario {
+        name: "durable-everysec",
+        about: "kill -9 Redis mid-run with appendfsync everysec: losses only from the last ~1 s",
+        messages: 3000,
+        producers: 2,
+        batch: 10,
+        every_ms: 20,
+        consumers: 2,
+        concurrency: 8,
+        serial: false,
+        settings: BASE,
+        poison_every: 0,
+        appendfsync: Some("everysec"),
+        proxy: false,
+        faults: &[],
+        fault_every_ms: 0,
+        kill_redis_after_ms: Some(1500),
+        durable: None,
+    },
+];
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The scenario (see `rmq-chaos list`).
+    pub scenario: String,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Where histories and logs go (default: a new temp dir, kept).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs one scenario; Ok(false) when an invariant is broken.
+pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
+    let Some(sc) = ALL.iter().find(|s| s.name == a.scenario) else {
+        anyhow::bail!("no scenario {:?}; see `rmq-chaos list`", a.scenario);
+    };
+    let dir = match &a.out {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            d.clone()
+        }
+        None => std::env::temp_dir().join(format!("rmq-chaos-{}-{}", sc.name, std::process::id())),
+    };
+    std::fs::create_dir_all(&dir)?;
+    // Histories of an earlier run in the same directory would mix in.
+    for entry in std::fs::read_dir(&dir)? {
+        let path = entry?.path();
+        if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("jsonl" | "log")
+        ) {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    let started = Instant::now();
+    let mut builder = RedisServer::builder();
+    if let Some(fsync) = sc.appendfsync {
+        builder = builder.arg("appendonly", "yes").arg("appendfsync", fsync);
+    }
+    let server = builder.start();
+    let proxy = if sc.proxy {
+        Some(Proxy::start(server.addr())?)
+    } else {
+        None
+    };
+    let worker_url = proxy.as_ref().map_or_else(|| server.url(), Proxy::url);
+    let prefix = "chaos";
+    let admin =
+        Client::connect_with(&server.url(), rmq::ClientOptions::default().prefix(prefix)).await?;
+    let mut topics = Vec::new();
+    for (name, kind) in TOPICS {
+        topics.push(admin.define_topic(spec(name, kind, sc.settings)).await?);
+    }
+    // Keys a wrong-type fault may plant at: dead-letter keys (empty in chaos).
+    let plant_keys: Vec<String> = topics
+        .iter()
+        .flat_map(|t| (0..sc.settings.slots).map(move |s| t.keys_of_slot(s)[7].clone()))
+        .collect();
+
+    let conn_args = |role: &str| -> Vec<String> {
+        vec![
+            role.to_string(),
+            "--redis".into(),
+            worker_url.clone(),
+            "--prefix".into(),
+            prefix.into(),
+            "--seed".into(),
+            a.seed.to_string(),
+            "--poison-every".into(),
+            sc.poison_every.to_string(),
+        ]
+    };
+    let consumers: Vec<Supervised> = (0..sc.consumers)
+        .map(|i| {
+            let mut args = conn_args("consume");
+            args.extend(["--concurrency".into(), sc.concurrency.to_string()]);
+            if sc.serial {
+                args.extend([
+                    "--serial".into(),
+                    "chaos-group".into(),
+                    "--slot-lease-ms".into(),
+                    sc.settings.lease.as_millis().to_string(),
+                ]);
+            }
+            Supervised::start(format!("consumer{i}"), args, dir.clone())
+        })
+        .collect();
+    let per = sc.messages / sc.producers;
+    let mut producers = Vec::new();
+    for p in 0..sc.producers {
+        let mut args = conn_args("produce");
+        let to = if p + 1 == sc.producers {
+            sc.messages
+        } else {
+            (p + 1) * per
+        };
+        args.extend([
+            "--from".into(),
+            (p * per).to_string(),
+            "--to".into(),
+            to.to_string(),
+            "--batch".into(),
+            sc.batch.to_string(),
+            "--every-ms".into(),
+            sc.every_ms.to_string(),
+        ]);
+        if let Some(n) = sc.durable {
+            args.extend(["--durable".into(), n.to_string()]);
+        }
+        producers.push(spawn(
+            &args,
+            &dir.join(format!("producer{p}.jsonl")),
+            &dir.join(format!("producer{p}.log")),
+        )?);
+    }
+
+    // Faults, from a blocking thread, while the producers run.
+    let faults_dir = dir.clone();
+    let (faults, kill_after, every, lease) = (
+        sc.faults,
+        sc.kill_redis_after_ms,
+        sc.fault_every_ms,
+        sc.settings.lease,
+    );
+    let seed = a.seed;
+    let injector = tokio::task::spawn_blocking(move || {
+        let mut server = server;
+        let mut producers = producers;
+        let mut w = Writer::create(&faults_dir.join("faults.jsonl")).ok();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut next_fault = Instant::now() + Duration::from_millis(every.max(1000));
+        let mut killed = false;
+        let t0 = Instant::now();
+        let mut i = 0usize;
+        loop {
+            let running = producers
+                .iter_mut()
+                .any(|p| matches!(p.try_wait(), Ok(None)));
+            if !running {
+                break;
+            }
+            if let Some(after) = kill_after.filter(|_| !killed) {
+                if t0.elapsed() >= Duration::from_millis(after) {
+                    killed = true;
+                    let at = now_ms();
+                    server.kill();
+                    std::thread::sleep(Duration::from_millis(300));
+                    server.restart();
+                    record(
+                        &mut w,
+                        "kill_redis",
+                        at,
+                        "SIGKILL mid-run, restarted from its AOF",
+                    );
+                }
+            }
+            if !faults.is_empty() && Instant::now() >= next_fault {
+                // Round-robin over the kinds, in a seeded order per round.
+                let f = faults[(i + rng.random_range(0..faults.len())) % faults.len()];
+                let f = if i < faults.len() { faults[i] } else { f };
+                i += 1;
+                let at = now_ms();
+                let detail = inject(
+                    f,
+                    &mut Targets {
+                        server: &mut server,
+                        consumers: &consumers,
+                        proxy: proxy.as_ref(),
+                        plant_keys: &plant_keys,
+                        lease,
+                    },
+                    &mut rng,
+                );
+                record(&mut w, f.name(), at, &detail);
+                next_fault = Instant::now() + Duration::from_millis(every);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (server, consumers, proxy)
+    });
+    let (server, consumers, _proxy) = injector.await?;
+
+    // Drain: everything accepted is acked or dead.
+    let drained = drain(&topics, Duration::from_secs(90)).await;
+    let poison_crashes: u32 = consumers
+        .iter()
+        .map(|c| c.poison_crashes.load(std::sync::atomic::Ordering::SeqCst))
+        .sum();
+    let restarts: u32 = consumers
+        .iter()
+        .map(|c| c.restarts.load(std::sync::atomic::Ordering::SeqCst))
+        .sum();
+    for c in consumers {
+        c.stop(Duration::from_secs(10));
+    }
+    let fin = final_state(&topics, &server.url()).await?;
+    drop(server);
+
+    let events = read_dir(&dir)?;
+    let exp = expectations(sc, a.seed, &events);
+    let report = check(&events, &fin, &exp);
+    let (ok, verdicts) = verdict(sc, &report, &events, poison_crashes, drained);
+    let json = serde_json::json!({
+        "scenario": sc.name,
+        "seed": a.seed,
+        "secs": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        "drained": drained,
+        "poison_crashes": poison_crashes,
+        "consumer_restarts": restarts,
+        "ok": ok,
+        "violations": verdicts,
+        "report": report,
+        "histories": dir.display().to_string(),
+    });
+    println!("{json}");
+    eprintln!(
+        "{} [{}]{}",
+        report.summary(sc.name),
+        if ok { "ok" } else { "FAILED" },
+        if verdicts.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", verdicts.join("; "))
+        }
+    );
+    Ok(ok)
+}
+
+fn record(w: &mut Option<Writer>, kind: &str, at: i64, detail: &str) {
+    if let Some(w) = w.as_mut() {
+        w.write(&Event::Fault {
+            kind: kind.to_string(),
+            at,
+            until: now_ms(),
+            detail: detail.to_string(),
+        });
+    }
+}
+
+/// Waits until no topic has anything pending, waiting out a backoff, or in
+/// flight.
+async fn drain(topics: &[rmq::Topic], limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        let mut busy = 0;
+        for t in topics {
+            match t.stats().await {
+                Ok(s) => busy += s.total.pending + s.total.in_flight + s.total.behind_in_flight,
+                Err(_) => busy += 1,
+            }
+        }
+        if busy == 0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    false
+}
+
+/// Reads where every message is: pending (and waiting out a backoff), in
+/// flight, dead.
+async fn final_state(topics: &[rmq::Topic], url: &str) -> anyhow::Result<FinalState> {
+    let mut fin = FinalState::default();
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    for t in topics {
+        for slot in 0..t.spec().slots {
+            let keys = t.keys_of_slot(slot);
+            // q (pending), r (priority retries waiting), f (in flight).
+            for (k, in_flight) in [(&keys[0], false), (&keys[5], false), (&keys[2], true)] {
+                let members: Vec<String> = redis::cmd("ZRANGE")
+                    .arg(k)
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(&mut conn)
+                    .await?;
+                if in_flight {
+                    fin.in_flight.extend(members);
+                } else {
+                    fin.pending.extend(members);
+                }
+            }
+        }
+        for d in t.dead_letters(1_000_000).await? {
+            fin.dead
+                .insert(String::from_utf8_lossy(&d.key).into_owned(), d.attempts);
+        }
+    }
+    Ok(fin)
+}
+
+fn expectations(sc: &Scenario, seed: u64, events: &[Event]) -> Expectations {
+    let mut poison = HashSet::new();
+    if sc.poison_every > 0 {
+        for i in 0..sc.messages {
+            let p = planned(seed, i, sc.poison_every);
+            if p.poison {
+                poison.insert(p.id);
+            }
+        }
+    }
+    let _ = events;
+    Expectations {
+        poison,
+        max_attempts: sc.settings.max_attempts,
+        serial: sc.serial,
+    }
+}
+
+/// The scenario's pass conditions; returns (ok, what was violated).
+fn verdict(
+    sc: &Scenario,
+    r: &Report,
+    events: &[Event],
+    poison_crashes: u32,
+    drained: bool,
+) -> (bool, Vec<String>) {
+    let mut v = Vec::new();
+    let mut need = |cond: bool, what: String| {
+        if !cond {
+            v.push(what);
+        }
+    };
+    need(drained, "the queues did not drain".into());
+    need(
+        r.unexpected == 0,
+        format!("{} unexpected deliveries", r.unexpected),
+    );
+    need(r.early == 0, format!("{} early deliveries", r.early));
+    need(
+        r.stale_acks_accepted == 0,
+        format!("{} stale acks accepted", r.stale_acks_accepted),
+    );
+    need(
+        r.serial_overlaps == 0,
+        format!("{} serial overlaps", r.serial_overlaps),
+    );
+    need(r.accepted > 0, "nothing was accepted".into());
+    if sc.appendfsync == Some("everysec") {
+        // Only acknowledged writes of the last ~1 s before the kill may go.
+        let kill = events.iter().find_map(|e| match e {
+            Event::Fault { kind, at, .. } if kind == "kill_redis" => Some(*at),
+            _ => None,
+        });
+        let ok_at: std::collections::HashMap<&str, i64> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::SendOk { id, at, .. } => Some((id.as_str(), *at)),
+                _ => None,
+            })
+            .collect();
+        let outside = r
+            .lost_ids
+            .iter()
+            .filter(|id| {
+                let at = ok_at.get(id.as_str()).copied().unwrap_or(0);
+                kill.is_none_or(|k| at < k - 2500)
+            })
+            .count();
+        need(
+            outside == 0,
+            format!("{outside} lost messages acknowledged more than 2.5 s before the kill"),
+        );
+    } else {
+        need(
+            r.lost == 0,
+            format!(
+                "{} lost: {:?}",
+                r.lost,
+                &r.lost_ids[..r.lost_ids.len().min(10)]
+            ),
+        );
+        need(r.ledger_balanced, "the ledger does not balance".into());
+    }
+    if sc.poison_every > 0 {
+        need(
+            r.poison_not_dead == 0,
+            format!("{} poison messages not dead", r.poison_not_dead),
+        );
+        need(
+            r.poison_dead_early == 0,
+            format!(
+                "{} poison messages dead before max attempts",
+                r.poison_dead_early
+            ),
+        );
+        // A healthy message in flight in a consumer that a poison message
+        // crashed shares its fate (its attempts count); only such
+        // collateral deaths are allowed.
+        need(
+            r.dead_unexpected_not_crash == 0,
+            format!(
+                "{} healthy messages dead that did not crash",
+                r.dead_unexpected_not_crash
+            ),
+        );
+        let poison_accepted = r.dead_expected + r.poison_not_dead;
+        need(
+            poison_crashes as usize <= poison_accepted * sc.settings.max_attempts as usize,
+            format!("{poison_crashes} crashes for {poison_accepted} poison messages: a crash loop"),
+        );
+        need(
+            r.poison_deliveries_max <= sc.settings.max_attempts,
+            format!(
+                "a poison message was delivered {} times",
+                r.poison_deliveries_max
+            ),
+        );
+    } else {
+        need(r.dead == 0, format!("{} dead letters", r.dead));
+    }
+    if sc.faults.is_empty() && sc.kill_redis_after_ms.is_none() && sc.poison_every == 0 {
+        need(
+            r.duplicated == 0,
+            format!("{} duplicates without faults", r.duplicated),
+        );
+        need(
+            r.unknown == 0,
+            format!("{} sends with unknown outcome", r.unknown),
+        );
+    }
+    if sc.faults.len() > 3 {
+        let total: usize = r.faults.values().sum();
+        need(total >= 30, format!("only {total} faults injected"));
+        need(
+            r.faults.len() >= 6,
+            format!("only {} kinds of fault", r.faults.len()),
+        );
+    }
+    (v.is_empty(), v)
+}

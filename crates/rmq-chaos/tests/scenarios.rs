@@ -1,0 +1,76 @@
+//! The chaos scenarios that CI runs: each one is the real `rmq-chaos run`
+//! (producers, consumers and the fault injector as separate processes), and
+//! each must end with the checker's verdict "ok". They run one at a time:
+//! two at once on a 2-core machine would measure the machine, not rmq.
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+use std::sync::Mutex;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn scenario(name: &str) -> serde_json::Value {
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out_dir = tempfile_dir(name);
+    let out = Command::new(env!("CARGO_BIN_EXE_rmq-chaos"))
+        .args(["run", name, "--seed", "7", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("no JSON verdict ({e}): {stdout}\n{stderr}"));
+    assert_eq!(json["ok"], true, "{json:#}");
+    assert!(out.status.success());
+    let _ = std::fs::remove_dir_all(&out_dir);
+    json
+}
+
+fn tempfile_dir(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("rmq-chaos-test-{name}-{}", std::process::id()))
+}
+
+#[test]
+fn baseline_delivers_every_message_exactly_once() {
+    let r = scenario("baseline");
+    let rep = &r["report"];
+    assert_eq!(rep["lost"], 0);
+    assert_eq!(rep["duplicated"], 0);
+    assert_eq!(rep["accepted"], rep["acked"]);
+}
+
+#[test]
+fn single_node_chaos_loses_nothing() {
+    let r = scenario("chaos");
+    let rep = &r["report"];
+    assert_eq!(rep["lost"], 0);
+    assert_eq!(rep["early"], 0);
+    assert_eq!(rep["stale_acks_accepted"], 0);
+    assert!(rep["faults"].as_object().unwrap().len() >= 6, "{rep}");
+}
+
+#[test]
+fn poison_messages_end_dead_without_a_crash_loop() {
+    let r = scenario("poison");
+    assert!(r["report"]["dead_expected"].as_u64().unwrap() > 0);
+    assert_eq!(r["report"]["poison_not_dead"], 0);
+}
+
+#[test]
+fn a_zombie_serial_owner_never_overlaps_the_new_one() {
+    let r = scenario("zombie");
+    assert_eq!(r["report"]["serial_overlaps"], 0);
+}
+
+#[test]
+fn kill_9_of_redis_with_appendfsync_always_loses_nothing() {
+    let r = scenario("durable-always");
+    assert_eq!(r["report"]["lost"], 0);
+}
+
+#[test]
+fn kill_9_of_redis_with_appendfsync_everysec_loses_at_most_the_last_second() {
+    scenario("durable-everysec");
+}
