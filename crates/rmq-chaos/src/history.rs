@@ -9,12 +9,22 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-/// Wall-clock milliseconds (the same clock for every process on the machine).
+static SKEW_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// A worker run under `faketime` is told its offset, so that its history
+/// stays on the common clock (rmq itself is told nothing).
+pub fn set_skew_ms(ms: i64) {
+    SKEW_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Wall-clock milliseconds on the machine's clock, the same for every
+/// process (corrected for a worker's known skew).
 pub fn now_ms() -> i64 {
-    SystemTime::now()
+    let local = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+        .unwrap_or(0);
+    local - SKEW_MS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// One thing a process did or saw.

@@ -28,11 +28,22 @@ pub struct Conn {
     pub redis: String,
     #[arg(long, default_value = "chaos")]
     pub prefix: String,
+    /// `--redis` lists seed nodes of a Redis Cluster.
+    #[arg(long)]
+    pub cluster: bool,
+    /// The clock offset `faketime` gives this worker (history timestamps only).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub skew_ms: i64,
 }
 
 impl Conn {
     pub async fn connect(&self) -> anyhow::Result<rmq::Client> {
+        history::set_skew_ms(self.skew_ms);
         let opts = rmq::ClientOptions::default().prefix(self.prefix.clone());
+        if self.cluster {
+            let seeds: Vec<&str> = self.redis.split(',').collect();
+            return Ok(rmq::Client::connect_cluster(&seeds, opts).await?);
+        }
         Ok(rmq::Client::connect_with(&self.redis, opts).await?)
     }
 }

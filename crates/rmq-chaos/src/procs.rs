@@ -11,15 +11,25 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// Spawns `rmq-chaos <args> --history <file>`.
-pub fn spawn(args: &[String], history: &Path, log: &Path) -> anyhow::Result<Child> {
+/// Spawns `rmq-chaos <args> --history <file>`; with a skew, under
+/// `faketime -f <±N>s` (the worker's clock is off by that much).
+pub fn spawn(args: &[String], history: &Path, log: &Path, skew_s: i64) -> anyhow::Result<Child> {
     let exe = std::env::current_exe()?;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)?;
-    Ok(Command::new(exe)
+    let mut cmd = if skew_s == 0 {
+        Command::new(exe)
+    } else {
+        let mut c = Command::new("faketime");
+        c.arg("-f").arg(format!("{skew_s:+}s")).arg(exe);
+        c
+    };
+    Ok(cmd
         .args(args)
+        .arg("--skew-ms")
+        .arg((skew_s * 1000).to_string())
         .arg("--history")
         .arg(history)
         .stdin(Stdio::null())
@@ -51,7 +61,7 @@ pub struct Supervised {
 }
 
 impl Supervised {
-    pub fn start(name: String, args: Vec<String>, dir: PathBuf) -> Supervised {
+    pub fn start(name: String, args: Vec<String>, dir: PathBuf, skew_s: i64) -> Supervised {
         let child: Arc<Mutex<Option<Child>>> = Arc::new(Mutex::new(None));
         let stop = Arc::new(AtomicBool::new(false));
         let poison = Arc::new(AtomicU32::new(0));
@@ -67,7 +77,7 @@ impl Supervised {
             while !s.load(Ordering::SeqCst) {
                 let history = dir.join(format!("{name}-{life}.jsonl"));
                 let log = dir.join(format!("{name}.log"));
-                match spawn(&args, &history, &log) {
+                match spawn(&args, &history, &log, skew_s) {
                     Ok(ch) => *lock(&c) = Some(ch),
                     Err(_) => {
                         thread::sleep(Duration::from_millis(200));

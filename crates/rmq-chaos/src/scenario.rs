@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rmq::Client;
-use rmq_test_support::RedisServer;
+use rmq_test_support::{RedisCluster, RedisServer};
 
 use crate::checker::{check, Expectations, FinalState, Report};
 use crate::faults::{inject, Fault, Targets, SINGLE_NODE_MIX};
@@ -42,6 +42,13 @@ pub struct Scenario {
     /// Kill -9 Redis once, this long after the start (durability).
     kill_redis_after_ms: Option<u64>,
     durable: Option<u32>,
+    /// Clock offsets (s) of the workers under `faketime`, by worker number
+    /// (cycled); empty: no skew.
+    skew_s: &'static [i64],
+    /// On a 3-master cluster with one replica each; `kill_redis_after_ms`
+    /// then SIGKILLs the master of the first slot (its replica takes over,
+    /// the old master comes back as a replica).
+    cluster: bool,
 }
 
 const BASE: TopicSettings = TopicSettings {
@@ -69,6 +76,8 @@ pub const ALL: &[Scenario] = &[
         fault_every_ms: 0,
         kill_redis_after_ms: None,
         durable: None,
+        skew_s: &[],
+        cluster: false,
     },
     Scenario {
         name: "chaos",
@@ -88,6 +97,8 @@ pub const ALL: &[Scenario] = &[
         fault_every_ms: 3000,
         kill_redis_after_ms: None,
         durable: None,
+        skew_s: &[],
+        cluster: false,
     },
     Scenario {
         name: "poison",
@@ -111,6 +122,8 @@ pub const ALL: &[Scenario] = &[
         fault_every_ms: 0,
         kill_redis_after_ms: None,
         durable: None,
+        skew_s: &[],
+        cluster: false,
     },
     Scenario {
         name: "zombie",
@@ -134,6 +147,8 @@ pub const ALL: &[Scenario] = &[
         fault_every_ms: 2500,
         kill_redis_after_ms: None,
         durable: None,
+        skew_s: &[],
+        cluster: false,
     },
     Scenario {
         name: "durable-always",
@@ -153,6 +168,8 @@ pub const ALL: &[Scenario] = &[
         fault_every_ms: 0,
         kill_redis_after_ms: Some(1500),
         durable: None,
+        skew_s: &[],
+        cluster: false,
     },
     Scenario {
         name: "durable-everysec",
@@ -172,8 +189,131 @@ pub const ALL: &[Scenario] = &[
         fault_every_ms: 0,
         kill_redis_after_ms: Some(1500),
         durable: None,
+        skew_s: &[],
+        cluster: false,
+    },
+    Scenario {
+        name: "clock-skew",
+        about: "producers and consumers with clocks off by -90..+90 s (faketime): no effect",
+        messages: 3000,
+        producers: 2,
+        batch: 10,
+        every_ms: 20,
+        consumers: 3,
+        concurrency: 8,
+        serial: false,
+        settings: BASE,
+        poison_every: 0,
+        appendfsync: None,
+        proxy: false,
+        faults: &[],
+        fault_every_ms: 0,
+        kill_redis_after_ms: None,
+        durable: None,
+        skew_s: &[90, -90, 30, -30, 5],
+        cluster: false,
+    },
+    Scenario {
+        name: "cluster-failover",
+        about: "cluster, plain sends: SIGKILL a master mid-run; acknowledged writes lost to async replication are counted",
+        messages: 4000,
+        producers: 2,
+        batch: 10,
+        every_ms: 20,
+        consumers: 2,
+        concurrency: 8,
+        serial: false,
+        settings: TopicSettings {
+            slots: 16,
+            lease: Duration::from_secs(2),
+            max_attempts: 50,
+        },
+        poison_every: 0,
+        appendfsync: None,
+        proxy: false,
+        faults: &[],
+        fault_every_ms: 0,
+        kill_redis_after_ms: Some(1500),
+        durable: None,
+        skew_s: &[],
+        cluster: true,
+    },
+    Scenario {
+        name: "cluster-failover-durable",
+        about: "cluster, durable sends (WAIT 1): SIGKILL a master mid-run; nothing accepted is lost",
+        messages: 4000,
+        producers: 2,
+        batch: 10,
+        every_ms: 20,
+        consumers: 2,
+        concurrency: 8,
+        serial: false,
+        settings: TopicSettings {
+            slots: 16,
+            lease: Duration::from_secs(2),
+            max_attempts: 50,
+        },
+        poison_every: 0,
+        appendfsync: None,
+        proxy: false,
+        faults: &[],
+        fault_every_ms: 0,
+        kill_redis_after_ms: Some(1500),
+        durable: Some(1),
+        skew_s: &[],
+        cluster: true,
     },
 ];
+
+/// What the scenario runs against.
+enum Backend {
+    Single(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl Backend {
+    /// The URL workers use (a cluster: every node, comma-separated).
+    fn url(&self) -> String {
+        match self {
+            Backend::Single(s) => s.url(),
+            Backend::Cluster(c) => c.urls().join(","),
+        }
+    }
+
+    /// SIGKILL Redis (a cluster: the master of `hash_slot`) and bring it
+    /// back; returns what happened.
+    fn kill_and_recover(&mut self, hash_slot: u16) -> String {
+        match self {
+            Backend::Single(s) => {
+                s.kill();
+                std::thread::sleep(Duration::from_millis(300));
+                s.restart();
+                "redis-server SIGKILL, restarted from its AOF".into()
+            }
+            Backend::Cluster(c) => {
+                let Some(victim) = c.master_of_slot(hash_slot) else {
+                    return "no master found".into();
+                };
+                c.kill(victim);
+                let took = c.wait_failover(Duration::from_secs(30));
+                c.node_mut(victim).restart();
+                format!(
+                    "master {victim} SIGKILL; replica took over in {} ms; old master back as a replica",
+                    took.as_millis()
+                )
+            }
+        }
+    }
+}
+
+/// The skew of worker number `n`.
+fn skew(sc: &Scenario, n: usize) -> i64 {
+    if sc.skew_s.is_empty() {
+        0
+    } else {
+        sc.skew_s[n % sc.skew_s.len()]
+    }
+}
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -210,20 +350,30 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
         }
     }
     let started = Instant::now();
-    let mut builder = RedisServer::builder();
-    if let Some(fsync) = sc.appendfsync {
-        builder = builder.arg("appendonly", "yes").arg("appendfsync", fsync);
-    }
-    let server = builder.start();
-    let proxy = if sc.proxy {
-        Some(Proxy::start(server.addr())?)
+    let backend = if sc.cluster {
+        Backend::Cluster(RedisCluster::start())
     } else {
-        None
+        let mut builder = RedisServer::builder();
+        if let Some(fsync) = sc.appendfsync {
+            builder = builder.arg("appendonly", "yes").arg("appendfsync", fsync);
+        }
+        Backend::Single(builder.start())
     };
-    let worker_url = proxy.as_ref().map_or_else(|| server.url(), Proxy::url);
+    let proxy = match &backend {
+        Backend::Single(server) if sc.proxy => Some(Proxy::start(server.addr())?),
+        _ => None,
+    };
+    let worker_url = proxy.as_ref().map_or_else(|| backend.url(), Proxy::url);
     let prefix = "chaos";
-    let admin =
-        Client::connect_with(&server.url(), rmq::ClientOptions::default().prefix(prefix)).await?;
+    let options = rmq::ClientOptions::default().prefix(prefix);
+    let admin = match &backend {
+        Backend::Single(s) => Client::connect_with(&s.url(), options).await?,
+        Backend::Cluster(c) => {
+            let urls = c.urls();
+            let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
+            Client::connect_cluster(&seeds, options).await?
+        }
+    };
     let mut topics = Vec::new();
     for (name, kind) in TOPICS {
         topics.push(admin.define_topic(spec(name, kind, sc.settings)).await?);
@@ -234,8 +384,13 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
         .flat_map(|t| (0..sc.settings.slots).map(move |s| t.keys_of_slot(s)[7].clone()))
         .collect();
 
+    // The hash slot of the first slot of the first topic: its master dies.
+    let victim_slot = topics
+        .first()
+        .map(|t| cluster_hash_slot(&t.keys_of_slot(0)[0]))
+        .unwrap_or(0);
     let conn_args = |role: &str| -> Vec<String> {
-        vec![
+        let mut v = vec![
             role.to_string(),
             "--redis".into(),
             worker_url.clone(),
@@ -245,7 +400,11 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
             a.seed.to_string(),
             "--poison-every".into(),
             sc.poison_every.to_string(),
-        ]
+        ];
+        if sc.cluster {
+            v.push("--cluster".into());
+        }
+        v
     };
     let consumers: Vec<Supervised> = (0..sc.consumers)
         .map(|i| {
@@ -259,7 +418,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
                     sc.settings.lease.as_millis().to_string(),
                 ]);
             }
-            Supervised::start(format!("consumer{i}"), args, dir.clone())
+            Supervised::start(format!("consumer{i}"), args, dir.clone(), skew(sc, i))
         })
         .collect();
     let per = sc.messages / sc.producers;
@@ -288,6 +447,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
             &args,
             &dir.join(format!("producer{p}.jsonl")),
             &dir.join(format!("producer{p}.log")),
+            skew(sc, sc.consumers + p as usize),
         )?);
     }
 
@@ -301,7 +461,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
     );
     let seed = a.seed;
     let injector = tokio::task::spawn_blocking(move || {
-        let mut server = server;
+        let mut backend = backend;
         let mut producers = producers;
         let mut w = Writer::create(&faults_dir.join("faults.jsonl")).ok();
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -320,18 +480,14 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
                 if t0.elapsed() >= Duration::from_millis(after) {
                     killed = true;
                     let at = now_ms();
-                    server.kill();
-                    std::thread::sleep(Duration::from_millis(300));
-                    server.restart();
-                    record(
-                        &mut w,
-                        "kill_redis",
-                        at,
-                        "SIGKILL mid-run, restarted from its AOF",
-                    );
+                    let detail = backend.kill_and_recover(victim_slot);
+                    record(&mut w, "kill_redis", at, &detail);
                 }
             }
-            if !faults.is_empty() && Instant::now() >= next_fault {
+            if let (false, Backend::Single(server)) = (
+                faults.is_empty() || Instant::now() < next_fault,
+                &mut backend,
+            ) {
                 // Round-robin over the kinds, in a seeded order per round.
                 let f = faults[(i + rng.random_range(0..faults.len())) % faults.len()];
                 let f = if i < faults.len() { faults[i] } else { f };
@@ -340,7 +496,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
                 let detail = inject(
                     f,
                     &mut Targets {
-                        server: &mut server,
+                        server,
                         consumers: &consumers,
                         proxy: proxy.as_ref(),
                         plant_keys: &plant_keys,
@@ -353,9 +509,9 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        (server, consumers, proxy)
+        (backend, consumers, proxy)
     });
-    let (server, consumers, _proxy) = injector.await?;
+    let (backend, consumers, _proxy) = injector.await?;
 
     // Drain: everything accepted is acked or dead.
     let drained = drain(&topics, Duration::from_secs(90)).await;
@@ -370,8 +526,8 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
     for c in consumers {
         c.stop(Duration::from_secs(10));
     }
-    let fin = final_state(&topics, &server.url()).await?;
-    drop(server);
+    let fin = final_state(&topics, &backend).await?;
+    drop(backend);
 
     let events = read_dir(&dir)?;
     let exp = expectations(sc, a.seed, &events);
@@ -436,21 +592,46 @@ async fn drain(topics: &[rmq::Topic], limit: Duration) -> bool {
 
 /// Reads where every message is: pending (and waiting out a backoff), in
 /// flight, dead.
-async fn final_state(topics: &[rmq::Topic], url: &str) -> anyhow::Result<FinalState> {
+async fn final_state(topics: &[rmq::Topic], backend: &Backend) -> anyhow::Result<FinalState> {
     let mut fin = FinalState::default();
-    let mut conn = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
+    match backend {
+        Backend::Single(s) => {
+            let mut c = redis::Client::open(s.url())?
+                .get_multiplexed_async_connection()
+                .await?;
+            queued(&mut c, topics, &mut fin).await?;
+        }
+        Backend::Cluster(cl) => {
+            let mut c = redis::cluster::ClusterClient::new(cl.urls())?
+                .get_async_connection()
+                .await?;
+            queued(&mut c, topics, &mut fin).await?;
+        }
+    }
+    for t in topics {
+        for d in t.dead_letters(1_000_000).await? {
+            fin.dead
+                .insert(String::from_utf8_lossy(&d.key).into_owned(), d.attempts);
+        }
+    }
+    Ok(fin)
+}
+
+/// Pending (q), waiting out a priority backoff (r) and in flight (f).
+async fn queued<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    topics: &[rmq::Topic],
+    fin: &mut FinalState,
+) -> anyhow::Result<()> {
     for t in topics {
         for slot in 0..t.spec().slots {
             let keys = t.keys_of_slot(slot);
-            // q (pending), r (priority retries waiting), f (in flight).
             for (k, in_flight) in [(&keys[0], false), (&keys[5], false), (&keys[2], true)] {
                 let members: Vec<String> = redis::cmd("ZRANGE")
                     .arg(k)
                     .arg(0)
                     .arg(-1)
-                    .query_async(&mut conn)
+                    .query_async(conn)
                     .await?;
                 if in_flight {
                     fin.in_flight.extend(members);
@@ -459,12 +640,8 @@ async fn final_state(topics: &[rmq::Topic], url: &str) -> anyhow::Result<FinalSt
                 }
             }
         }
-        for d in t.dead_letters(1_000_000).await? {
-            fin.dead
-                .insert(String::from_utf8_lossy(&d.key).into_owned(), d.attempts);
-        }
     }
-    Ok(fin)
+    Ok(())
 }
 
 fn expectations(sc: &Scenario, seed: u64, events: &[Event]) -> Expectations {
@@ -514,8 +691,9 @@ fn verdict(
         format!("{} serial overlaps", r.serial_overlaps),
     );
     need(r.accepted > 0, "nothing was accepted".into());
-    if sc.appendfsync == Some("everysec") {
-        // Only acknowledged writes of the last ~1 s before the kill may go.
+    if sc.appendfsync == Some("everysec") || (sc.cluster && sc.durable.is_none()) {
+        // Only writes acknowledged just before the kill may go: the last
+        // ~1 s of an everysec AOF, or what a master had not yet replicated.
         let kill = events.iter().find_map(|e| match e {
             Event::Fault { kind, at, .. } if kind == "kill_redis" => Some(*at),
             _ => None,
@@ -606,4 +784,28 @@ fn verdict(
         );
     }
     (v.is_empty(), v)
+}
+
+/// Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag).
+fn cluster_hash_slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let tagged = match b.iter().position(|&c| c == b'{') {
+        Some(o) => match b[o + 1..].iter().position(|&c| c == b'}') {
+            Some(len) if len > 0 => &b[o + 1..o + 1 + len],
+            _ => b,
+        },
+        None => b,
+    };
+    let mut crc: u16 = 0;
+    for &x in tagged {
+        crc ^= u16::from(x) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
 }

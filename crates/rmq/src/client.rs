@@ -58,6 +58,49 @@ pub(crate) struct Inner {
     pub(crate) redis: Redis,
     pub(crate) prefix: String,
     pub(crate) url: String,
+    pub(crate) warnings: Vec<ServerWarning>,
+}
+
+/// Something about the server found at connect that does not stop rmq but
+/// weakens a guarantee. Each is also logged (tracing: warn; info for
+/// [`ServerWarning::NoPersistence`], common on development servers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ServerWarning {
+    /// `CONFIG GET` is not allowed (ACL, renamed command): the eviction
+    /// policy could not be checked. Make sure it is `noeviction`.
+    ConfigUnreadable,
+    /// A master with replicas keeps nothing on disk (no AOF, no RDB
+    /// snapshots): if it restarts, it comes back empty and its replicas
+    /// copy the empty data set: every message is lost.
+    ReplicatedWithoutPersistence {
+        /// Connected replicas.
+        replicas: u32,
+    },
+    /// No persistence at all (no AOF, no snapshots): a restart loses
+    /// every message. Fine for a cache, not for a queue.
+    NoPersistence,
+}
+
+impl std::fmt::Display for ServerWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerWarning::ConfigUnreadable => write!(
+                f,
+                "CONFIG GET is not allowed: cannot check maxmemory-policy; make sure it is noeviction"
+            ),
+            ServerWarning::ReplicatedWithoutPersistence { replicas } => write!(
+                f,
+                "this master has {replicas} replica(s) but no persistence (no AOF, no RDB): \
+                 a restart comes back empty and the replicas copy the empty data set"
+            ),
+            ServerWarning::NoPersistence => write!(
+                f,
+                "Redis keeps nothing on disk (no AOF, no RDB): a restart loses every message; \
+                 enable appendonly"
+            ),
+        }
+    }
 }
 
 impl std::fmt::Debug for Client {
@@ -182,15 +225,29 @@ impl Client {
     }
 
     async fn finish(redis: Redis, options: ClientOptions, shown: String) -> Result<Client> {
-        preflight(&redis, &options).await?;
+        let warnings = preflight(&redis, &options).await?;
+        for w in &warnings {
+            match w {
+                // Common on development servers: not worth a warning line.
+                ServerWarning::NoPersistence => tracing::info!("{w}"),
+                _ => tracing::warn!("{w}"),
+            }
+        }
         redis.load_scripts().await?;
         Ok(Client {
             inner: Arc::new(Inner {
                 redis,
                 prefix: options.prefix,
                 url: shown,
+                warnings,
             }),
         })
+    }
+
+    /// What the checks at connect found that weakens a guarantee (each was
+    /// also logged). Empty on a well-configured server.
+    pub fn warnings(&self) -> &[ServerWarning] {
+        &self.inner.warnings
     }
 
     /// Whether this client talks to a Redis Cluster.
@@ -350,7 +407,8 @@ async fn on_every_master(redis: &Redis, cmd: redis::Cmd) -> redis::RedisResult<V
     }
 }
 
-async fn preflight(redis: &Redis, options: &ClientOptions) -> Result<()> {
+async fn preflight(redis: &Redis, options: &ClientOptions) -> Result<Vec<ServerWarning>> {
+    let mut warnings = Vec::new();
     let mut info = redis::cmd("INFO");
     info.arg("server");
     for v in on_every_master(redis, info).await? {
@@ -376,9 +434,49 @@ async fn preflight(redis: &Redis, options: &ClientOptions) -> Result<()> {
                 }
             }
         }
-        Err(e) => tracing::warn!("cannot read maxmemory-policy ({e}); make sure it is noeviction"),
+        Err(e) => {
+            tracing::debug!("CONFIG GET maxmemory-policy: {e}");
+            warnings.push(ServerWarning::ConfigUnreadable);
+        }
     }
-    Ok(())
+    let mut info = redis::cmd("INFO");
+    info.arg("persistence").arg("replication");
+    let mut get_save = redis::cmd("CONFIG");
+    get_save.arg("GET").arg("save");
+    let saves = on_every_master(redis, get_save).await.ok();
+    let infos = on_every_master(redis, info).await.unwrap_or_default();
+    for (i, v) in infos.into_iter().enumerate() {
+        let text: String = redis::from_redis_value(v).unwrap_or_default();
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')))
+                .map(|v| v.trim().to_string())
+        };
+        let aof = field("aof_enabled").as_deref() == Some("1");
+        // RDB snapshots are configured when `save` is not empty; unknown
+        // (CONFIG denied) counts as configured, to warn only when sure.
+        let rdb = match saves.as_ref().and_then(|s| s.get(i)) {
+            Some(v) => {
+                let pair: Vec<String> = redis::from_redis_value(v.clone()).unwrap_or_default();
+                pair.get(1).is_some_and(|s| !s.trim().is_empty())
+            }
+            None => true,
+        };
+        let replicas: u32 = field("connected_slaves")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if !aof && !rdb {
+            let w = if replicas > 0 {
+                ServerWarning::ReplicatedWithoutPersistence { replicas }
+            } else {
+                ServerWarning::NoPersistence
+            };
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
+    }
+    Ok(warnings)
 }
 
 #[cfg(test)]

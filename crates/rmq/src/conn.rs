@@ -358,34 +358,68 @@ async fn cluster_each(
         let mut conn = conn.clone();
         let cmd = &calls[i].1;
         async move {
-            match wait {
-                None => (cmd.query_async::<Value>(&mut conn).await, None),
-                Some(w) => {
-                    let mut pipe = redis::pipe();
-                    pipe.ignore_errors();
-                    pipe.add_command(cmd.clone());
-                    pipe.cmd("WAIT").arg(w.replicas).arg(w.timeout_ms);
-                    let r: redis::RedisResult<Vec<redis::RedisResult<Value>>> =
-                        pipe.query_async(&mut conn).await;
-                    match r {
-                        Err(e) => (Err(e), None),
-                        Ok(mut v) => {
-                            let acked = match v.pop() {
-                                Some(Ok(Value::Int(n))) => u32::try_from(n).unwrap_or(0),
-                                _ => 0,
-                            };
-                            let first = v.pop().unwrap_or_else(|| {
-                                Err(redis::RedisError::from((
-                                    redis::ErrorKind::Io,
-                                    "missing reply",
-                                )))
-                            });
-                            (first, Some(acked))
-                        }
+            // The client retries redirects itself, but in a burst that a
+            // failover can outlast. These replies come before the call
+            // runs, so trying again a little later is safe.
+            let mut attempt = 0u64;
+            loop {
+                let r = one_call(&mut conn, cmd, wait).await;
+                match &r.0 {
+                    Err(e) if not_run_topology_error(e) && attempt < 9 => {
+                        attempt += 1;
+                        tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
                     }
+                    _ => return r,
                 }
             }
         }
     });
     futures::future::join_all(futures).await
+}
+
+/// Replies that mean the call did not run: the slot is elsewhere or moving,
+/// or the cluster is electing a master.
+fn not_run_topology_error(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(
+            redis::ServerErrorKind::Moved
+                | redis::ServerErrorKind::Ask
+                | redis::ServerErrorKind::TryAgain
+                | redis::ServerErrorKind::ClusterDown
+                | redis::ServerErrorKind::MasterDown
+        )
+    )
+}
+
+/// One call on a cluster connection (with WAIT after it when asked).
+async fn one_call(
+    conn: &mut Conn,
+    cmd: &Cmd,
+    wait: Option<WaitFor>,
+) -> (redis::RedisResult<Value>, Option<u32>) {
+    let Some(w) = wait else {
+        return (cmd.query_async::<Value>(conn).await, None);
+    };
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    pipe.add_command(cmd.clone());
+    pipe.cmd("WAIT").arg(w.replicas).arg(w.timeout_ms);
+    let r: redis::RedisResult<Vec<redis::RedisResult<Value>>> = pipe.query_async(conn).await;
+    match r {
+        Err(e) => (Err(e), None),
+        Ok(mut v) => {
+            let acked = match v.pop() {
+                Some(Ok(Value::Int(n))) => u32::try_from(n).unwrap_or(0),
+                _ => 0,
+            };
+            let first = v.pop().unwrap_or_else(|| {
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "missing reply",
+                )))
+            });
+            (first, Some(acked))
+        }
+    }
 }

@@ -126,6 +126,9 @@ fn redis_error_is_transient(e: &redis::RedisError) -> bool {
                     | redis::ServerErrorKind::TryAgain
                     | redis::ServerErrorKind::ClusterDown
                     | redis::ServerErrorKind::MasterDown
+                    | redis::ServerErrorKind::Moved
+                    | redis::ServerErrorKind::Ask
+                    | redis::ServerErrorKind::ReadOnly
             )
         )
         || e.code() == Some("OOM")

@@ -212,3 +212,46 @@ async fn taking_more_than_a_script_can_unpack_strands_nothing() {
     }
     assert_eq!(topic.stats().await.unwrap().total.pending, 2_500);
 }
+
+#[tokio::test]
+async fn preflight_warns_about_servers_that_can_lose_messages() {
+    use rmq::ServerWarning;
+    // Keeps nothing on disk.
+    let bare = RedisServer::start();
+    let c = Client::connect(&bare.url()).await.unwrap();
+    assert_eq!(c.warnings(), [ServerWarning::NoPersistence]);
+    // With the AOF: nothing to say.
+    let aof = RedisServer::builder().appendonly_always().start();
+    assert!(Client::connect(&aof.url())
+        .await
+        .unwrap()
+        .warnings()
+        .is_empty());
+    // A master with a replica and no persistence.
+    let replica = RedisServer::builder()
+        .arg("replicaof", &format!("127.0.0.1 {}", bare.port()))
+        .start();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let c = Client::connect(&bare.url()).await.unwrap();
+        if c.warnings() == [ServerWarning::ReplicatedWithoutPersistence { replicas: 1 }] {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{:?}", c.warnings());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    drop(replica);
+    // CONFIG disabled: the eviction policy cannot be checked.
+    let locked = RedisServer::builder().appendonly_always().start();
+    let raw = redis::Client::open(locked.url()).unwrap();
+    let mut conn = raw.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg("-config")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let c = Client::connect(&locked.url()).await.unwrap();
+    assert_eq!(c.warnings(), [ServerWarning::ConfigUnreadable]);
+}
