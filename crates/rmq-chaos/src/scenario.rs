@@ -81,7 +81,7 @@ pub const ALL: &[Scenario] = &[
     },
     Scenario {
         name: "chaos",
-        about: "single node, AOF always, ~20k messages, a fault every 3 s of 11 kinds for ~100 s",
+        about: "single node, AOF always, ~20k messages, a fault every 2.5 s of 11 kinds for ~2 min",
         messages: 20_000,
         producers: 2,
         batch: 10,
@@ -94,7 +94,7 @@ pub const ALL: &[Scenario] = &[
         appendfsync: Some("always"),
         proxy: true,
         faults: &SINGLE_NODE_MIX,
-        fault_every_ms: 3000,
+        fault_every_ms: 2500,
         kill_redis_after_ms: None,
         durable: None,
         skew_s: &[],
@@ -411,6 +411,9 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
             let mut args = conn_args("consume");
             args.extend(["--concurrency".into(), sc.concurrency.to_string()]);
             if sc.serial {
+                // Handlers that take a while, so that a SIGSTOP catches one
+                // mid-work (a zombie that wakes up holding a delivery).
+                args.extend(["--work-ms".into(), "40".into()]);
                 args.extend([
                     "--serial".into(),
                     "chaos-group".into(),

@@ -1,7 +1,9 @@
 //! Property test: random sequences of send / take / ack / nack / dead /
-//! release against a plain in-memory model of one priority slot. After every
-//! step the pending order (I3), the merge state (I2) and the ledger (I1:
-//! every message in exactly one place, counters balanced) must match.
+//! release / extend / consumer crash (deliveries abandoned, their leases
+//! expire and the next take reclaims them) against a plain in-memory model
+//! of one priority slot. After every step the pending order (I3), the merge
+//! state (I2) and the ledger (I1: every message in exactly one place,
+//! counters balanced) must match.
 #![allow(clippy::unwrap_used)]
 mod common;
 use std::collections::BTreeMap;
@@ -30,6 +32,12 @@ enum Op {
     Release(usize),
     /// Acks everything in hand at once (one batched settle call).
     AckAll,
+    /// Extends the lease of a delivery in hand (by the lease).
+    Extend(usize),
+    /// The consumer dies: every delivery in hand is abandoned without a
+    /// word; after their leases expire, the next take rolls them back as
+    /// failed attempts (dead after the maximum).
+    Crash,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -43,6 +51,19 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::AckAll),
     ]
 }
+
+fn op_with_crashes() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        12 => op(),
+        2 => any::<usize>().prop_map(Op::Extend),
+        1 => Just(Op::Crash),
+    ]
+}
+
+/// Crash runs: leases this long (long enough that no lease expires between
+/// ordinary steps even on a loaded machine), and a crash waits this long.
+const CRASH_LEASE: Duration = Duration::from_millis(1500);
+const CRASH_WAIT: Duration = Duration::from_millis(1700);
 
 #[derive(Debug, Clone, PartialEq)]
 struct Rec {
@@ -62,6 +83,8 @@ struct Model {
     sent: u64,
     merged: u64,
     acked: u64,
+    /// In flight, abandoned by a crash: rolled back by the next take.
+    abandoned: Vec<String>,
 }
 
 impl Model {
@@ -116,6 +139,10 @@ impl Model {
     }
 
     fn take(&mut self, n: usize) -> Vec<(String, Rec)> {
+        // Expired leases are rolled back first, as failed attempts.
+        for key in std::mem::take(&mut self.abandoned) {
+            self.nack(&key);
+        }
         let taken: Vec<_> = self.order().into_iter().take(n).collect();
         for (k, r) in &taken {
             self.pending.remove(k);
@@ -230,17 +257,26 @@ async fn check(topic: &Topic, m: &Model) -> Result<(), TestCaseError> {
 
 #[test]
 fn protocol_matches_the_model_after_every_step() {
+    run_model(48, 40, op().boxed(), Duration::from_secs(600));
+}
+
+#[test]
+fn crashes_and_lease_expiry_match_the_model() {
+    run_model(12, 25, op_with_crashes().boxed(), CRASH_LEASE);
+}
+
+fn run_model(cases: u32, max_ops: usize, ops: BoxedStrategy<Op>, lease: Duration) {
     let backend = Backend::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = rt.block_on(backend.connect());
     let case = AtomicU32::new(0);
     let mut runner = TestRunner::new(Config {
-        cases: 48,
+        cases,
         failure_persistence: None,
         ..Config::default()
     });
     runner
-        .run(&proptest::collection::vec(op(), 1..40), |ops| {
+        .run(&proptest::collection::vec(ops, 1..max_ops), |ops| {
             rt.block_on(async {
                 let name = format!("t{}", case.fetch_add(1, Ordering::SeqCst));
                 let topic = client
@@ -248,7 +284,9 @@ fn protocol_matches_the_model_after_every_step() {
                         TopicSpec::new(name, TopicKind::Priority)
                             .slots(1)
                             .max_attempts(MAX_ATTEMPTS)
-                            .lease(Duration::from_secs(600)),
+                            .lease(lease)
+                            // A rolled-back lease goes straight back to its place.
+                            .backoff(Duration::ZERO, Duration::ZERO),
                     )
                     .await
                     .unwrap();
@@ -315,6 +353,30 @@ fn protocol_matches_the_model_after_every_step() {
                                     model.release(&key);
                                 }
                             }
+                        }
+                        Op::AckAll => {
+                            let all = std::mem::take(&mut hand);
+                            let keys: Vec<String> = all.iter().map(|d| text(&d.key)).collect();
+                            for r in
+                                futures::future::join_all(all.into_iter().map(|d| d.ack())).await
+                            {
+                                r.unwrap();
+                            }
+                            for k in keys {
+                                model.ack(&k);
+                            }
+                        }
+                        Op::Extend(i) if !hand.is_empty() => {
+                            let d = &hand[i % hand.len()];
+                            d.extend(lease).await.unwrap();
+                        }
+                        Op::Crash => {
+                            for d in hand.drain(..) {
+                                model.abandoned.push(text(&d.key));
+                                // Gone without a word: no release, no nack.
+                                std::mem::forget(d);
+                            }
+                            tokio::time::sleep(lease + (CRASH_WAIT - CRASH_LEASE)).await;
                         }
                         _ => {}
                     }
