@@ -37,6 +37,8 @@ pub enum Fault {
     ProxyBlackhole,
     /// The proxy cuts every connection mid-stream.
     ProxyCut,
+    /// Cluster: a hash slot of a topic moves to another master, key by key.
+    Reshard,
 }
 
 pub const SINGLE_NODE_MIX: [Fault; 11] = [
@@ -67,6 +69,7 @@ impl Fault {
             Fault::ProxyDelay => "proxy_delay",
             Fault::ProxyBlackhole => "proxy_blackhole",
             Fault::ProxyCut => "proxy_cut",
+            Fault::Reshard => "reshard",
         }
     }
 }
@@ -177,6 +180,7 @@ pub fn inject(fault: Fault, t: &mut Targets<'_>, rng: &mut impl Rng) -> String {
             }
             None => "no proxy".into(),
         },
+        Fault::Reshard => "resharding needs a cluster".into(),
         Fault::ProxyCut => match t.proxy {
             Some(p) => {
                 p.cut();

@@ -239,6 +239,31 @@ pub const ALL: &[Scenario] = &[
         cluster: true,
     },
     Scenario {
+        name: "cluster-reshard",
+        about: "cluster: hash slots of the topics moved key by key (ASK, TRYAGAIN, MOVED) under traffic",
+        messages: 4000,
+        producers: 2,
+        batch: 10,
+        every_ms: 40,
+        consumers: 2,
+        concurrency: 8,
+        serial: false,
+        settings: TopicSettings {
+            slots: 16,
+            lease: Duration::from_secs(2),
+            max_attempts: 50,
+        },
+        poison_every: 0,
+        appendfsync: None,
+        proxy: false,
+        faults: &[Fault::Reshard],
+        fault_every_ms: 700,
+        kill_redis_after_ms: None,
+        durable: None,
+        skew_s: &[],
+        cluster: true,
+    },
+    Scenario {
         name: "cluster-failover-durable",
         about: "cluster, durable sends (WAIT 1): SIGKILL a master mid-run; nothing accepted is lost",
         messages: 4000,
@@ -389,6 +414,14 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
         .first()
         .map(|t| cluster_hash_slot(&t.keys_of_slot(0)[0]))
         .unwrap_or(0);
+    // Hash slots a resharding fault moves: those of every topic's slots.
+    let reshard_slots: Vec<u16> = (0..sc.settings.slots)
+        .flat_map(|s| {
+            topics
+                .iter()
+                .map(move |t| cluster_hash_slot(&t.keys_of_slot(s)[0]))
+        })
+        .collect();
     let conn_args = |role: &str| -> Vec<String> {
         let mut v = vec![
             role.to_string(),
@@ -508,6 +541,31 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
                     &mut rng,
                 );
                 record(&mut w, f.name(), at, &detail);
+                next_fault = Instant::now() + Duration::from_millis(every);
+            }
+            if let (false, Backend::Cluster(c)) = (
+                faults.is_empty() || Instant::now() < next_fault,
+                &mut backend,
+            ) {
+                // On a cluster the fault is a hash slot moved key by key.
+                let hs = reshard_slots
+                    .get(i % reshard_slots.len().max(1))
+                    .copied()
+                    .unwrap_or(0);
+                i += 1;
+                let at = now_ms();
+                let to = c
+                    .master_indices()
+                    .into_iter()
+                    .find(|&m| Some(m) != c.master_of_slot(hs));
+                let detail = match to {
+                    Some(to) => {
+                        let moved = c.move_hash_slot(hs, to, Duration::from_millis(40));
+                        format!("hash slot {hs} moved to node {to}, {moved} keys one by one")
+                    }
+                    None => "no other master".into(),
+                };
+                record(&mut w, "reshard", at, &detail);
                 next_fault = Instant::now() + Duration::from_millis(every);
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -694,7 +752,8 @@ fn verdict(
         format!("{} serial overlaps", r.serial_overlaps),
     );
     need(r.accepted > 0, "nothing was accepted".into());
-    if sc.appendfsync == Some("everysec") || (sc.cluster && sc.durable.is_none()) {
+    let failover = sc.cluster && sc.kill_redis_after_ms.is_some();
+    if sc.appendfsync == Some("everysec") || (failover && sc.durable.is_none()) {
         // Only writes acknowledged just before the kill may go: the last
         // ~1 s of an everysec AOF, or what a master had not yet replicated.
         let kill = events.iter().find_map(|e| match e {
@@ -777,6 +836,10 @@ fn verdict(
             r.unknown == 0,
             format!("{} sends with unknown outcome", r.unknown),
         );
+    }
+    if sc.faults.contains(&Fault::Reshard) {
+        let moved = r.faults.get("reshard").copied().unwrap_or(0);
+        need(moved >= 3, format!("only {moved} hash slots moved"));
     }
     if sc.faults.len() > 3 {
         let total: usize = r.faults.values().sum();

@@ -94,3 +94,9 @@ fn cluster_failover_with_durable_sends_loses_nothing() {
     let r = scenario("cluster-failover-durable");
     assert_eq!(r["report"]["lost"], 0);
 }
+
+#[test]
+fn resharding_under_traffic_loses_nothing() {
+    let r = scenario("cluster-reshard");
+    assert_eq!(r["report"]["lost"], 0);
+}
