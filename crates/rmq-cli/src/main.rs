@@ -80,6 +80,8 @@ pub enum Command {
     Dead(cmd::dead::DeadCmd),
     /// A guided tour on a throwaway redis-server (or on --redis)
     Demo(cmd::demo::DemoArgs),
+    /// Print the least-privilege ACL SETUSER line for a key prefix
+    Acl(cmd::acl::AclArgs),
 }
 
 /// An error that ends the process: one line on stderr and an exit code.
@@ -166,6 +168,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Peek(a) => cmd::peek::run(&g, a).await,
         Command::Dead(c) => cmd::dead::run(&g, c).await,
         Command::Demo(a) => cmd::demo::run(&g, a).await,
+        Command::Acl(a) => cmd::acl::run(&g, a),
     }
 }
 

@@ -694,3 +694,47 @@ fn a_consumer_killed_mid_message_leaves_it_for_the_next_one() {
         (Some(1), Some(0))
     );
 }
+
+#[test]
+fn acl_prints_a_line_that_makes_a_working_least_privilege_user() {
+    let env = Env::new();
+    let line = bin()
+        .args(["acl", "shop", "--user", "shop-rmq"])
+        .output()
+        .unwrap();
+    assert!(line.status.success());
+    let line = String::from_utf8(line.stdout).unwrap();
+    assert!(
+        line.starts_with("ACL SETUSER shop-rmq reset -@all "),
+        "{line}"
+    );
+    assert!(!line.contains('>'), "no password: {line}");
+    // The operator appends `on >password` and runs it.
+    let mut args: Vec<String> = vec!["-p".into(), env.server.port().to_string()];
+    args.extend(line.split_whitespace().map(String::from));
+    args.extend(["on".into(), ">pw".into()]);
+    let out = std::process::Command::new("redis-cli")
+        .args(&args)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK", "{out:?}");
+    let url = format!("redis://shop-rmq:pw@127.0.0.1:{}", env.server.port());
+    let as_user = |args: &[&str]| {
+        let mut c = bin();
+        c.args(["--redis", &url, "--prefix", "shop"]).args(args);
+        support::run(c, b"")
+    };
+    as_user(&["topic", "create", "orders", "--kind", "priority"]).success();
+    as_user(&["send", "orders", "hello", "--key", "k1"]).success();
+    let got = as_user(&["--json", "consume", "orders", "--max", "1"]).success();
+    assert_eq!(got.json()[0]["payload"], "hello");
+    // Another prefix is off limits.
+    let mut c = bin();
+    c.args(["--redis", &url, "--prefix", "other", "topic", "list"]);
+    let denied = support::run(c, b"");
+    assert_ne!(denied.code, 0);
+    assert!(
+        denied.stderr.contains("NOPERM") || denied.stderr.contains("permission"),
+        "{denied:?}"
+    );
+}

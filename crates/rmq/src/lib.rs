@@ -80,6 +80,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod acl;
 mod admin;
 mod client;
 mod conn;

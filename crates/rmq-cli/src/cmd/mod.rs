@@ -1,5 +1,6 @@
 //! One module per subcommand: its clap arguments and its `run`.
 
+pub mod acl;
 pub mod consume;
 pub mod dead;
 pub mod demo;
