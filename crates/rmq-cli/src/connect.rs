@@ -6,7 +6,8 @@ use rmq::{Client, ClientOptions, Topic};
 
 use crate::{CliResult, Global};
 
-/// Connects to `--redis` (or `REDIS_URL`, or the default) under `--prefix`.
+/// Connects to `--redis` (or `REDIS_URL`, or the default) under `--prefix`,
+/// as `REDIS_USERNAME` / `REDIS_PASSWORD` when those are set.
 pub async fn client(g: &Global) -> CliResult<Client> {
     client_at(g.url(), &g.prefix, g.cluster).await
 }
@@ -14,7 +15,14 @@ pub async fn client(g: &Global) -> CliResult<Client> {
 /// Connects to `url` under `prefix`; with `cluster`, `url` is one or more
 /// comma-separated seed nodes of a Redis Cluster.
 pub async fn client_at(url: &str, prefix: &str, cluster: bool) -> CliResult<Client> {
-    let options = ClientOptions::default().prefix(prefix);
+    let mut options = ClientOptions::default().prefix(prefix);
+    // Credentials from the environment (never from a flag: flags show in `ps`).
+    if let Ok(pw) = std::env::var("REDIS_PASSWORD") {
+        let user = std::env::var("REDIS_USERNAME")
+            .ok()
+            .filter(|u| !u.is_empty());
+        options = options.credentials(user, rmq::Password::new(pw));
+    }
     if cluster {
         let seeds: Vec<&str> = url
             .split(',')

@@ -738,3 +738,47 @@ fn acl_prints_a_line_that_makes_a_working_least_privilege_user() {
         "{denied:?}"
     );
 }
+
+#[test]
+fn credentials_come_from_the_environment_and_are_never_printed() {
+    let server = support::RedisServer::start();
+    let set = std::process::Command::new("redis-cli")
+        .args([
+            "-p",
+            &server.port().to_string(),
+            "CONFIG",
+            "SET",
+            "requirepass",
+            "s3cret-pw",
+        ])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&set.stdout).contains("OK"));
+    let url = server.url();
+    let mut c = bin();
+    c.args(["--redis", &url, "topic", "list"])
+        .env("REDIS_PASSWORD", "s3cret-pw");
+    support::run(c, b"").success();
+    // A wrong password: one line, and neither password appears.
+    let mut c = bin();
+    c.args(["--redis", &url, "-vv", "topic", "list"])
+        .env("REDIS_PASSWORD", "wrong-pw");
+    let r = support::run(c, b"");
+    assert_ne!(r.code, 0);
+    assert!(
+        !r.stderr.contains("wrong-pw") && !r.stdout.contains("wrong-pw"),
+        "{r:?}"
+    );
+    // In the URL, the same.
+    let mut c = bin();
+    c.args([
+        "--redis",
+        &format!("redis://default:wrong-pw@127.0.0.1:{}", server.port()),
+        "-vv",
+        "topic",
+        "list",
+    ]);
+    let r = support::run(c, b"");
+    assert_ne!(r.code, 0);
+    assert!(!r.stderr.contains("wrong-pw"), "{r:?}");
+}

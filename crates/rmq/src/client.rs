@@ -28,6 +28,38 @@ pub struct ClientOptions {
     pub allow_eviction: bool,
     /// How long to wait for any one reply.
     pub response_timeout: Duration,
+    /// ACL user name; overrides one in the URL.
+    pub username: Option<String>,
+    /// Password; overrides one in the URL. Never shown by `Debug`.
+    pub password: Option<Password>,
+}
+
+/// A password: `Debug` and `Display` print `***`, never the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    /// Wraps a secret.
+    pub fn new(secret: impl Into<String>) -> Password {
+        Password(secret.into())
+    }
+
+    /// The secret itself (to hand to a connection, nowhere else).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Password(***)")
+    }
+}
+
+impl std::fmt::Display for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
 }
 
 impl Default for ClientOptions {
@@ -36,6 +68,8 @@ impl Default for ClientOptions {
             prefix: "rmq".into(),
             allow_eviction: false,
             response_timeout: Duration::from_secs(10),
+            username: None,
+            password: None,
         }
     }
 }
@@ -45,6 +79,34 @@ impl ClientOptions {
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
+    }
+
+    /// Sets the ACL user and password (instead of putting them in the URL).
+    pub fn credentials(mut self, username: Option<String>, password: Password) -> Self {
+        self.username = username;
+        self.password = Some(password);
+        self
+    }
+
+    /// The URL's connection settings with these credentials applied.
+    fn connection_info(&self, url: &str) -> Result<redis::ConnectionInfo> {
+        let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "invalid Redis URL {}: {e}; use redis://host:port or rediss://host:port",
+                    redact(url)
+                ),
+            )
+        })?;
+        let mut settings = info.redis_settings().clone();
+        if let Some(user) = &self.username {
+            settings = settings.set_username(user);
+        }
+        if let Some(pw) = &self.password {
+            settings = settings.set_password(pw.expose());
+        }
+        Ok(info.set_redis_settings(settings))
     }
 }
 
@@ -123,7 +185,7 @@ impl Client {
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Client> {
         validate_prefix(&options.prefix)?;
         let shown = redact(url);
-        let client = redis::Client::open(url).map_err(|e| {
+        let client = redis::Client::open(options.connection_info(url)?).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidArgument,
                 format!("invalid Redis URL {shown}: {e}; use redis://host:port"),
@@ -178,16 +240,7 @@ impl Client {
         }
         let mut nodes = Vec::with_capacity(seeds.len());
         for seed in seeds {
-            let info = redis::IntoConnectionInfo::into_connection_info(*seed).map_err(|e| {
-                Error::new(
-                    ErrorKind::InvalidArgument,
-                    format!(
-                        "invalid Redis URL {}: {e}; use redis://host:port",
-                        redact(seed)
-                    ),
-                )
-            })?;
-            nodes.push(info);
+            nodes.push(options.connection_info(seed)?);
         }
         let seeds = ClusterSeeds {
             nodes,

@@ -255,3 +255,30 @@ async fn preflight_warns_about_servers_that_can_lose_messages() {
     let c = Client::connect(&locked.url()).await.unwrap();
     assert_eq!(c.warnings(), [ServerWarning::ConfigUnreadable]);
 }
+
+#[tokio::test]
+async fn passwords_never_show_in_debug_output_or_errors() {
+    let opts = ClientOptions::default()
+        .credentials(Some("u".into()), rmq::Password::new("hunter2-secret"));
+    assert!(!format!("{opts:?}").contains("hunter2"), "{opts:?}");
+    // A server that refuses the password: the error names the server, not the secret.
+    let server = RedisServer::start();
+    let e = Client::connect_with(&server.url(), opts).await.unwrap_err();
+    assert!(!format!("{e} {e:?}").contains("hunter2"), "{e:?}");
+    let e = Client::connect(&format!(
+        "redis://u:hunter2-secret@127.0.0.1:{}",
+        server.port()
+    ))
+    .await
+    .unwrap_err();
+    assert!(!format!("{e} {e:?}").contains("hunter2"), "{e:?}");
+    // A working client with the password in its URL does not show it either.
+    let c = Client::connect(&format!(
+        "redis://default:anything@127.0.0.1:{}",
+        server.port()
+    ))
+    .await;
+    if let Ok(c) = c {
+        assert!(!format!("{c:?}").contains("anything"), "{c:?}");
+    }
+}
