@@ -4,18 +4,51 @@
 
 use rmq::{Client, ClientOptions, Topic};
 
-use crate::{CliResult, Global};
+use crate::{CliError, CliResult, Global};
 
 /// Connects to `--redis` (or `REDIS_URL`, or the default) under `--prefix`,
 /// as `REDIS_USERNAME` / `REDIS_PASSWORD` when those are set.
 pub async fn client(g: &Global) -> CliResult<Client> {
-    client_at(g.url(), &g.prefix, g.cluster).await
+    client_with(g.url(), &g.prefix, g.cluster, tls_options(g)?).await
+}
+
+/// The TLS files of `--tls-ca`, `--tls-cert` and `--tls-key`, read.
+fn tls_options(g: &Global) -> CliResult<Option<rmq::TlsOptions>> {
+    if g.tls_ca.is_none() && g.tls_cert.is_none() {
+        return Ok(None);
+    }
+    let read = |p: &Option<std::path::PathBuf>| -> CliResult<Option<Vec<u8>>> {
+        match p {
+            None => Ok(None),
+            Some(path) => std::fs::read(path)
+                .map(Some)
+                .map_err(|e| CliError::usage(format!("cannot read {}: {e}", path.display()))),
+        }
+    };
+    Ok(Some(rmq::TlsOptions {
+        ca_pem: read(&g.tls_ca)?,
+        client_cert_pem: read(&g.tls_cert)?,
+        client_key_pem: read(&g.tls_key)?,
+    }))
 }
 
 /// Connects to `url` under `prefix`; with `cluster`, `url` is one or more
 /// comma-separated seed nodes of a Redis Cluster.
 pub async fn client_at(url: &str, prefix: &str, cluster: bool) -> CliResult<Client> {
+    client_with(url, prefix, cluster, None).await
+}
+
+/// Like [`client_at`], with TLS settings.
+pub async fn client_with(
+    url: &str,
+    prefix: &str,
+    cluster: bool,
+    tls: Option<rmq::TlsOptions>,
+) -> CliResult<Client> {
     let mut options = ClientOptions::default().prefix(prefix);
+    if let Some(tls) = tls {
+        options = options.tls(tls);
+    }
     // Credentials from the environment (never from a flag: flags show in `ps`).
     if let Ok(pw) = std::env::var("REDIS_PASSWORD") {
         let user = std::env::var("REDIS_USERNAME")

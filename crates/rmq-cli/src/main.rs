@@ -44,6 +44,15 @@ pub struct Global {
     /// several separated by commas)
     #[arg(long, env = "RMQ_CLUSTER", global = true)]
     pub cluster: bool,
+    /// TLS (rediss:// URLs): trust this CA (PEM) instead of the system roots
+    #[arg(long, value_name = "FILE", global = true)]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// mTLS: client certificate (PEM); needs --tls-key
+    #[arg(long, value_name = "FILE", global = true, requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// mTLS: the client certificate's key (PEM); needs --tls-cert
+    #[arg(long, value_name = "FILE", global = true, requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
     /// Key prefix (namespace) of the queues
     #[arg(long, value_name = "NS", default_value = "rmq", global = true)]
     pub prefix: String,

@@ -782,3 +782,20 @@ fn credentials_come_from_the_environment_and_are_never_printed() {
     assert_ne!(r.code, 0);
     assert!(!r.stderr.contains("wrong-pw"), "{r:?}");
 }
+
+#[test]
+fn tls_flags_are_checked_and_never_fall_back_to_plaintext() {
+    let env = Env::new();
+    let r = env.rmq(&["--tls-ca", "/nonexistent/ca.pem", "topic", "list"]);
+    assert!(r.one_error(2).contains("cannot read /nonexistent/ca.pem"));
+    let ca = std::env::temp_dir().join(format!("rmq-cli-ca-{}.pem", std::process::id()));
+    std::fs::write(&ca, "not used").unwrap();
+    let r = env.rmq(&["--tls-ca", ca.to_str().unwrap(), "topic", "list"]);
+    assert!(
+        r.one_error(2).contains("never falls back to plaintext"),
+        "{r:?}"
+    );
+    let r = env.rmq(&["--tls-cert", ca.to_str().unwrap(), "topic", "list"]);
+    assert_ne!(r.code, 0, "--tls-cert needs --tls-key");
+    let _ = std::fs::remove_file(ca);
+}

@@ -32,6 +32,72 @@ pub struct ClientOptions {
     pub username: Option<String>,
     /// Password; overrides one in the URL. Never shown by `Debug`.
     pub password: Option<Password>,
+    /// TLS settings for `rediss://` URLs (a CA to trust instead of the
+    /// system roots, a client certificate for mTLS).
+    pub tls: Option<TlsOptions>,
+}
+
+/// TLS for `rediss://` URLs (rustls). The server's certificate and host
+/// name are always verified: against the system roots, or against `ca`.
+/// There is no fall-back to plaintext: TLS options with a `redis://` URL
+/// are refused.
+#[derive(Clone, Default)]
+pub struct TlsOptions {
+    /// PEM of the CA(s) to trust instead of the system roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// mTLS: the client certificate chain, PEM.
+    pub client_cert_pem: Option<Vec<u8>>,
+    /// mTLS: the client certificate's private key, PEM.
+    pub client_key_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsOptions")
+            .field("ca", &self.ca_pem.as_ref().map(|_| "<pem>"))
+            .field(
+                "client_cert",
+                &self.client_cert_pem.as_ref().map(|_| "<pem>"),
+            )
+            .field("client_key", &self.client_key_pem.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl TlsOptions {
+    fn certificates(&self) -> Result<redis::TlsCertificates> {
+        let client_tls = match (&self.client_cert_pem, &self.client_key_pem) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    "mTLS needs both a client certificate and its key",
+                ))
+            }
+        };
+        Ok(redis::TlsCertificates {
+            client_tls,
+            root_cert: self.ca_pem.clone(),
+        })
+    }
+}
+
+/// rustls needs one process-wide crypto provider; install ring's unless
+/// the application installed one (then that one is used).
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+fn is_tls_url(url: &str) -> bool {
+    url.trim_start()
+        .to_ascii_lowercase()
+        .starts_with("rediss://")
 }
 
 /// A password: `Debug` and `Display` print `***`, never the secret.
@@ -70,6 +136,7 @@ impl Default for ClientOptions {
             response_timeout: Duration::from_secs(10),
             username: None,
             password: None,
+            tls: None,
         }
     }
 }
@@ -88,8 +155,33 @@ impl ClientOptions {
         self
     }
 
+    /// Sets the TLS settings (for `rediss://` URLs).
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Refuses TLS settings with a plaintext URL (never a silent fall-back).
+    fn check_tls(&self, url: &str) -> Result<()> {
+        if self.tls.is_some() && !is_tls_url(url) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "TLS settings were given but {} is not a rediss:// URL; \
+                     rmq never falls back to plaintext",
+                    redact(url)
+                ),
+            ));
+        }
+        if is_tls_url(url) {
+            ensure_crypto_provider();
+        }
+        Ok(())
+    }
+
     /// The URL's connection settings with these credentials applied.
     fn connection_info(&self, url: &str) -> Result<redis::ConnectionInfo> {
+        self.check_tls(url)?;
         let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidArgument,
@@ -185,7 +277,12 @@ impl Client {
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Client> {
         validate_prefix(&options.prefix)?;
         let shown = redact(url);
-        let client = redis::Client::open(options.connection_info(url)?).map_err(|e| {
+        let info = options.connection_info(url)?;
+        let opened = match &options.tls {
+            Some(tls) => redis::Client::build_with_tls(info, tls.certificates()?),
+            None => redis::Client::open(info),
+        };
+        let client = opened.map_err(|e| {
             Error::new(
                 ErrorKind::InvalidArgument,
                 format!("invalid Redis URL {shown}: {e}; use redis://host:port"),
@@ -245,6 +342,11 @@ impl Client {
         let seeds = ClusterSeeds {
             nodes,
             response_timeout: options.response_timeout,
+            certs: options
+                .tls
+                .as_ref()
+                .map(TlsOptions::certificates)
+                .transpose()?,
         };
         let client = seeds.builder().build().map_err(|e| {
             Error::new(

@@ -68,6 +68,8 @@ pub(crate) enum Target {
 pub(crate) struct ClusterSeeds {
     pub(crate) nodes: Vec<redis::ConnectionInfo>,
     pub(crate) response_timeout: std::time::Duration,
+    /// TLS: a CA to trust and/or a client certificate (rediss:// seeds).
+    pub(crate) certs: Option<redis::TlsCertificates>,
 }
 
 impl ClusterSeeds {
@@ -77,7 +79,12 @@ impl ClusterSeeds {
     /// timeout of a few seconds without parking callers for long (the
     /// client's default waits grow to minutes).
     pub(crate) fn builder(&self) -> redis::cluster::ClusterClientBuilder {
-        ClusterClient::builder(self.nodes.clone())
+        let builder = ClusterClient::builder(self.nodes.clone());
+        let builder = match &self.certs {
+            Some(c) => builder.certs(c.clone()),
+            None => builder,
+        };
+        builder
             .connection_timeout(std::time::Duration::from_secs(2))
             .response_timeout(self.response_timeout)
             .retries(20)

@@ -96,7 +96,7 @@ mod topic;
 mod value;
 
 pub use admin::{DeadLetter, DeadSelection, Pending, Stats, TopicStats};
-pub use client::{redact, Client, ClientOptions, Password, ServerWarning};
+pub use client::{redact, Client, ClientOptions, Password, ServerWarning, TlsOptions};
 pub use consumer::{ConsumerBuilder, Deliveries, Delivery, Outcome, RunReport, Settled};
 pub use error::{Error, ErrorKind, Result};
 pub use group::{Coordinator, LeaseReply};
