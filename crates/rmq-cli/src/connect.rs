@@ -9,7 +9,7 @@ use crate::{CliError, CliResult, Global};
 /// Connects to `--redis` (or `REDIS_URL`, or the default) under `--prefix`,
 /// as `REDIS_USERNAME` / `REDIS_PASSWORD` when those are set.
 pub async fn client(g: &Global) -> CliResult<Client> {
-    client_with(g.url(), &g.prefix, g.cluster, tls_options(g)?).await
+    client_with(g.url(), &g.prefix, g.cluster, tls_options(g)?, g.functions).await
 }
 
 /// The TLS files of `--tls-ca`, `--tls-cert` and `--tls-key`, read.
@@ -35,7 +35,7 @@ fn tls_options(g: &Global) -> CliResult<Option<rmq::TlsOptions>> {
 /// Connects to `url` under `prefix`; with `cluster`, `url` is one or more
 /// comma-separated seed nodes of a Redis Cluster.
 pub async fn client_at(url: &str, prefix: &str, cluster: bool) -> CliResult<Client> {
-    client_with(url, prefix, cluster, None).await
+    client_with(url, prefix, cluster, None, false).await
 }
 
 /// Like [`client_at`], with TLS settings.
@@ -44,8 +44,9 @@ pub async fn client_with(
     prefix: &str,
     cluster: bool,
     tls: Option<rmq::TlsOptions>,
+    functions: bool,
 ) -> CliResult<Client> {
-    let mut options = ClientOptions::default().prefix(prefix);
+    let mut options = ClientOptions::default().prefix(prefix).functions(functions);
     if let Some(tls) = tls {
         options = options.tls(tls);
     }

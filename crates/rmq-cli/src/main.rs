@@ -53,6 +53,10 @@ pub struct Global {
     /// mTLS: the client certificate's key (PEM); needs --tls-cert
     #[arg(long, value_name = "FILE", global = true, requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
+    /// Locked-down mode: call the Function library an admin loaded
+    /// (`rmq functions load`) with FCALL; never load or send Lua
+    #[arg(long, env = "RMQ_FUNCTIONS", global = true)]
+    pub functions: bool,
     /// Key prefix (namespace) of the queues
     #[arg(long, value_name = "NS", default_value = "rmq", global = true)]
     pub prefix: String,
@@ -91,6 +95,9 @@ pub enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Print the least-privilege ACL SETUSER line for a key prefix
     Acl(cmd::acl::AclArgs),
+    /// Locked-down mode: load or show rmq's Redis Function library
+    #[command(subcommand)]
+    Functions(cmd::functions::FunctionsCmd),
 }
 
 /// An error that ends the process: one line on stderr and an exit code.
@@ -178,6 +185,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Dead(c) => cmd::dead::run(&g, c).await,
         Command::Demo(a) => cmd::demo::run(&g, a).await,
         Command::Acl(a) => cmd::acl::run(&g, a),
+        Command::Functions(c) => cmd::functions::run(&g, c).await,
     }
 }
 

@@ -799,3 +799,54 @@ fn tls_flags_are_checked_and_never_fall_back_to_plaintext() {
     assert_ne!(r.code, 0, "--tls-cert needs --tls-key");
     let _ = std::fs::remove_file(ca);
 }
+
+#[test]
+fn locked_down_mode_from_the_cli() {
+    let env = Env::new();
+    // An admin loads the library; a tenant with FCALL only works with --functions.
+    assert!(env
+        .ok(&["functions", "load"])
+        .stdout
+        .contains("loaded the function library rmq_"));
+    let line = bin()
+        .args(["acl", "shop", "--user", "t", "--functions"])
+        .output()
+        .unwrap();
+    let line = String::from_utf8(line.stdout).unwrap();
+    assert!(
+        line.contains("+fcall") && !line.contains("+evalsha") && !line.contains("script"),
+        "{line}"
+    );
+    let mut args: Vec<String> = vec!["-p".into(), env.server.port().to_string()];
+    args.extend(line.split_whitespace().map(String::from));
+    args.extend(["on".into(), ">pw".into()]);
+    let out = std::process::Command::new("redis-cli")
+        .args(&args)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+    let url = format!("redis://t:pw@127.0.0.1:{}", env.server.port());
+    let as_tenant = |args: &[&str]| {
+        let mut c = bin();
+        c.args(["--redis", &url, "--prefix", "shop", "--functions"])
+            .args(args);
+        support::run(c, b"")
+    };
+    as_tenant(&["topic", "create", "orders", "--kind", "priority"]).success();
+    as_tenant(&["send", "orders", "hi"]).success();
+    assert_eq!(
+        as_tenant(&["--json", "consume", "orders", "--max", "1"])
+            .success()
+            .json()[0]["payload"],
+        "hi"
+    );
+    // Without --functions the tenant cannot load scripts: one clear line.
+    let mut c = bin();
+    c.args(["--redis", &url, "--prefix", "shop", "topic", "list"]);
+    let r = support::run(c, b"");
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("NOPERM") || r.stderr.contains("permission"),
+        "{r:?}"
+    );
+}

@@ -77,6 +77,25 @@ pub fn commands() -> Vec<&'static str> {
     all
 }
 
+/// The commands of the locked-down mode ([`ClientOptions::functions`]
+/// (crate::ClientOptions::functions)): `FCALL` of the admin-loaded library
+/// (and `FUNCTION LIST` to check it is there) instead of `EVALSHA` and
+/// `SCRIPT LOAD`: the user cannot run Lua of its own.
+pub fn locked_down_commands() -> Vec<&'static str> {
+    let mut all: Vec<&str> = commands()
+        .into_iter()
+        .filter(|c| *c != "evalsha" && *c != "script|load")
+        .chain(["fcall", "function|list"])
+        .collect();
+    all.sort_unstable();
+    all
+}
+
+/// Like [`setuser_line`], for the locked-down mode.
+pub fn setuser_line_locked_down(prefix: &str, user: &str) -> Result<String> {
+    line(prefix, user, &locked_down_commands())
+}
+
 /// The `ACL SETUSER` line for a user confined to `prefix`, without a
 /// password and switched off: the operator appends `on >password`.
 /// `CONFIG GET` is not included (it can read secrets); without it the
@@ -84,6 +103,10 @@ pub fn commands() -> Vec<&'static str> {
 /// [`ServerWarning::ConfigUnreadable`](crate::ServerWarning::ConfigUnreadable):
 /// add `+config|get` to have it checked.
 pub fn setuser_line(prefix: &str, user: &str) -> Result<String> {
+    line(prefix, user, &commands())
+}
+
+fn line(prefix: &str, user: &str, commands: &[&str]) -> Result<String> {
     validate_prefix(prefix)?;
     crate::topic::validate_topic_name(user).map_err(|_| {
         crate::Error::new(
@@ -93,7 +116,7 @@ pub fn setuser_line(prefix: &str, user: &str) -> Result<String> {
             ),
         )
     })?;
-    let cmds: Vec<String> = commands().iter().map(|c| format!("+{c}")).collect();
+    let cmds: Vec<String> = commands.iter().map(|c| format!("+{c}")).collect();
     Ok(format!(
         "ACL SETUSER {user} reset -@all {} ~{prefix}:* resetchannels &{prefix}:*",
         cmds.join(" ")

@@ -35,6 +35,10 @@ pub struct ClientOptions {
     /// TLS settings for `rediss://` URLs (a CA to trust instead of the
     /// system roots, a client certificate for mTLS).
     pub tls: Option<TlsOptions>,
+    /// Locked-down mode: never load or send Lua; call the Function library
+    /// an admin loaded ([`Client::load_functions`]) with `FCALL`, so the
+    /// user needs no `EVAL`, `EVALSHA` or `SCRIPT` rights.
+    pub functions: bool,
 }
 
 /// TLS for `rediss://` URLs (rustls). The server's certificate and host
@@ -137,6 +141,7 @@ impl Default for ClientOptions {
             username: None,
             password: None,
             tls: None,
+            functions: false,
         }
     }
 }
@@ -152,6 +157,12 @@ impl ClientOptions {
     pub fn credentials(mut self, username: Option<String>, password: Password) -> Self {
         self.username = username;
         self.password = Some(password);
+        self
+    }
+
+    /// Locked-down mode (see [`ClientOptions::functions`]).
+    pub fn functions(mut self, on: bool) -> Self {
+        self.functions = on;
         self
     }
 
@@ -379,7 +390,8 @@ impl Client {
         Self::finish(redis, options, shown).await
     }
 
-    async fn finish(redis: Redis, options: ClientOptions, shown: String) -> Result<Client> {
+    async fn finish(mut redis: Redis, options: ClientOptions, shown: String) -> Result<Client> {
+        redis.functions = options.functions;
         let warnings = preflight(&redis, &options).await?;
         for w in &warnings {
             match w {
@@ -388,7 +400,11 @@ impl Client {
                 _ => tracing::warn!("{w}"),
             }
         }
-        redis.load_scripts().await?;
+        if redis.functions {
+            check_functions_loaded(&redis).await?;
+        } else {
+            redis.load_scripts().await?;
+        }
         Ok(Client {
             inner: Arc::new(Inner {
                 redis,
@@ -403,6 +419,28 @@ impl Client {
     /// also logged). Empty on a well-configured server.
     pub fn warnings(&self) -> &[ServerWarning] {
         &self.inner.warnings
+    }
+
+    /// Loads (or replaces) rmq's Function library on the server, on every
+    /// master of a cluster: an admin's step for the locked-down mode
+    /// ([`ClientOptions::functions`]). Functions are replicated and
+    /// persisted like data. Needs the `FUNCTION LOAD` right.
+    pub async fn load_functions(&self) -> Result<String> {
+        let lib = crate::scripts::functions::library();
+        let mut conn = self.inner.redis.conn.clone();
+        let _: Value = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(&lib.code)
+            .query_async(&mut conn)
+            .await?;
+        Ok(lib.name.clone())
+    }
+
+    /// The Function library's name and source (what `load_functions` loads).
+    pub fn functions_library() -> (&'static str, &'static str) {
+        let lib = crate::scripts::functions::library();
+        (&lib.name, &lib.code)
     }
 
     /// Whether this client talks to a Redis Cluster.
@@ -535,6 +573,29 @@ fn check_version(info_server: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Locked-down mode: the library must be there (`FUNCTION LIST`; when the
+/// user may not list functions, the first call reports it instead).
+async fn check_functions_loaded(redis: &Redis) -> Result<()> {
+    let name = &crate::scripts::functions::library().name;
+    let mut list = redis::cmd("FUNCTION");
+    list.arg("LIST").arg("LIBRARYNAME").arg(name);
+    match on_every_master(redis, list).await {
+        Ok(replies) => {
+            for v in replies {
+                let empty = matches!(&v, Value::Array(a) if a.is_empty());
+                if empty {
+                    return Err(crate::conn::functions_missing());
+                }
+            }
+            Ok(())
+        }
+        Err(e) => {
+            tracing::debug!("FUNCTION LIST: {e}");
+            Ok(())
+        }
+    }
 }
 
 /// The text replies of a command sent to every master (a single node: its

@@ -104,6 +104,9 @@ pub(crate) struct Redis {
     /// must not hold up consumers' pops and acks on the shared connection.
     pub(crate) wait_conn: std::sync::Arc<tokio::sync::OnceCell<Conn>>,
     pub(crate) response_timeout: std::time::Duration,
+    /// Locked-down mode: call the admin-loaded Function library with FCALL
+    /// instead of loading and calling scripts.
+    pub(crate) functions: bool,
 }
 
 /// The longest WAIT timeout a durable send may ask for.
@@ -123,6 +126,7 @@ impl Redis {
             conn,
             wait_conn: Default::default(),
             response_timeout,
+            functions: false,
         }
     }
 
@@ -184,6 +188,14 @@ impl Redis {
         calls: Vec<(ScriptId, Cmd)>,
         wait: Option<WaitFor>,
     ) -> Result<Vec<(Result<Value>, Option<u32>)>> {
+        let calls = if self.functions {
+            calls
+                .into_iter()
+                .map(|(id, cmd)| (id, crate::scripts::functions::as_fcall(id, &cmd)))
+                .collect()
+        } else {
+            calls
+        };
         let mut out: Vec<Option<(Result<Value>, Option<u32>)>> =
             (0..calls.len()).map(|_| None).collect();
         let mut pending: Vec<usize> = (0..calls.len()).collect();
@@ -199,7 +211,10 @@ impl Redis {
             let mut missing = Vec::new();
             for (&i, (r, acked)) in pending.iter().zip(results) {
                 match r {
-                    Err(e) if round == 0 && is_noscript(&e) => missing.push(i),
+                    Err(e) if round == 0 && is_noscript(&e) && !self.functions => missing.push(i),
+                    Err(e) if self.functions && is_function_missing(&e) => {
+                        out[i] = Some((Err(functions_missing()), None))
+                    }
                     Err(e) => out[i] = Some((Err(Error::from(e)), None)),
                     Ok(v) => out[i] = Some((Ok(v), acked)),
                 }
@@ -320,6 +335,22 @@ impl Redis {
             }
         }
     }
+}
+
+fn is_function_missing(e: &redis::RedisError) -> bool {
+    e.to_string().contains("Function not found")
+}
+
+/// The error when the Function library is not loaded (locked-down mode).
+pub(crate) fn functions_missing() -> Error {
+    Error::new(
+        ErrorKind::UnsupportedServer,
+        format!(
+            "the rmq function library {} is not loaded on this Redis: an admin loads it \
+             with `rmq functions load` (or Client::load_functions)",
+            crate::scripts::functions::library().name
+        ),
+    )
 }
 
 fn is_noscript(e: &redis::RedisError) -> bool {

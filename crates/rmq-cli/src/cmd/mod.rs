@@ -4,6 +4,7 @@ pub mod acl;
 pub mod consume;
 pub mod dead;
 pub mod demo;
+pub mod functions;
 pub mod peek;
 pub mod send;
 pub mod stats;

@@ -8,6 +8,8 @@
 
 use std::sync::OnceLock;
 
+pub(crate) mod functions;
+
 const COMMON: &str = include_str!("lua/common.lua");
 
 /// Identifies one script.

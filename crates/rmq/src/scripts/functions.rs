@@ -1,0 +1,137 @@
+//! The same scripts as a Redis Function library, for a locked-down mode:
+//! an admin loads the library once (`FUNCTION LOAD`, it is replicated and
+//! persisted with the data), and tenants get `FCALL` only, never `EVAL`,
+//! `EVALSHA` or `SCRIPT`: they cannot run Lua of their own.
+//!
+//! Each script body becomes the callback of one function whose parameters
+//! are named `KEYS` and `ARGV`, so the bodies run unchanged; its `#!lua`
+//! flags become the function's flags. Library and function names carry a
+//! hash of the code, so two rmq versions can be loaded side by side.
+
+use std::sync::OnceLock;
+
+use super::{ScriptId, COMMON};
+
+/// The built library: its name, its source and each script's function name.
+pub(crate) struct Library {
+    pub(crate) name: String,
+    pub(crate) code: String,
+    names: Vec<(ScriptId, String)>,
+}
+
+impl Library {
+    /// The function that runs `id`.
+    pub(crate) fn function(&self, id: ScriptId) -> &str {
+        self.names
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map_or("", |(_, n)| n.as_str())
+    }
+}
+
+fn snake(id: ScriptId) -> &'static str {
+    match id {
+        ScriptId::Send => "send",
+        ScriptId::Pop => "pop",
+        ScriptId::Settle => "settle",
+        ScriptId::Stats => "stats",
+        ScriptId::Peek => "peek",
+        ScriptId::DeadList => "dead_list",
+        ScriptId::DeadRequeue => "dead_requeue",
+        ScriptId::DeadPurge => "dead_purge",
+        ScriptId::DefineTopic => "define_topic",
+        ScriptId::Lease => "lease",
+        ScriptId::Membership => "membership",
+    }
+}
+
+/// The library, built on first use.
+pub(crate) fn library() -> &'static Library {
+    static LIB: OnceLock<Library> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let mut body_parts = Vec::new();
+        for id in ScriptId::ALL {
+            let (flags, body, common) = id.source();
+            let flags: Vec<String> = flags
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("flags="))
+                .map(|f| f.split(',').map(|x| format!("'{x}'")).collect())
+                .unwrap_or_default();
+            let code = if common {
+                format!("{COMMON}\n{body}")
+            } else {
+                body.to_string()
+            };
+            body_parts.push((id, flags, code));
+        }
+        let all: String = body_parts.iter().map(|(_, _, c)| c.as_str()).collect();
+        let hash = redis::Script::new(&all).get_hash()[..10].to_string();
+        let name = format!("rmq_{hash}");
+        let mut code = format!("#!lua name={name}\n");
+        let mut names = Vec::new();
+        for (id, flags, body) in body_parts {
+            let fname = format!("{name}_{}", snake(id));
+            code.push_str(&format!(
+                "redis.register_function{{function_name='{fname}', flags={{{}}}, callback=function(KEYS, ARGV)\n{body}\nend}}\n",
+                flags.join(",")
+            ));
+            names.push((id, fname));
+        }
+        Library { name, code, names }
+    })
+}
+
+/// Rewrites an `EVALSHA <sha> <numkeys> ...` call of `id` as `FCALL`.
+pub(crate) fn as_fcall(id: ScriptId, evalsha: &redis::Cmd) -> redis::Cmd {
+    let mut cmd = redis::cmd("FCALL");
+    cmd.arg(library().function(id));
+    for arg in evalsha.args_iter().skip(2) {
+        if let redis::Arg::Simple(bytes) = arg {
+            cmd.arg(bytes);
+        }
+    }
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_is_a_function_with_its_flags() {
+        let lib = library();
+        assert!(lib.code.starts_with(&format!("#!lua name={}\n", lib.name)));
+        for id in ScriptId::ALL {
+            let f = lib.function(id);
+            assert!(f.starts_with(&lib.name), "{id:?}");
+            assert!(lib.code.contains(&format!("function_name='{f}'")), "{id:?}");
+        }
+        assert!(lib.code.contains(&format!(
+            "function_name='{}', flags={{'allow-oom'}}",
+            lib.function(ScriptId::Pop)
+        )));
+        assert!(lib.code.contains(&format!(
+            "function_name='{}', flags={{}}",
+            lib.function(ScriptId::Send)
+        )));
+    }
+
+    #[test]
+    fn an_evalsha_call_becomes_the_same_fcall() {
+        let call = super::super::call(ScriptId::Stats, &["k1".into()], &[b"a", b"b"]);
+        let f = as_fcall(ScriptId::Stats, &call);
+        let args: Vec<Vec<u8>> = f
+            .args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(b) => Some(b.to_vec()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(args[0], b"FCALL");
+        assert_eq!(args[1], library().function(ScriptId::Stats).as_bytes());
+        assert_eq!(
+            &args[2..],
+            [b"1".to_vec(), b"k1".to_vec(), b"a".to_vec(), b"b".to_vec()]
+        );
+    }
+}
