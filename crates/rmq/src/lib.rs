@@ -101,7 +101,7 @@ pub use consumer::{ConsumerBuilder, Deliveries, Delivery, Outcome, RunReport, Se
 pub use error::{Error, ErrorKind, Result};
 pub use group::{Coordinator, LeaseReply};
 pub use message::{Message, Received, Sent, MAX_TIME_MS};
-pub use producer::BatchReport;
+pub use producer::{BatchReport, MAX_BATCH};
 pub use slot::slot_of;
 pub use tokio_util::sync::CancellationToken;
 pub use topic::{

@@ -11,6 +11,8 @@ use crate::value::{int_at, items};
 
 /// Messages per script call: bounds the time one call holds Redis.
 const PER_CALL: usize = 1_000;
+/// Messages per `send_batch`: bounds one call's memory on both sides.
+pub const MAX_BATCH: usize = 100_000;
 
 /// The result of [`Topic::send_batch`]: one result per message, in order.
 /// A message the server refused (a due time in the past by its clock)
@@ -58,6 +60,15 @@ impl Topic {
     /// Messages with the same key in one batch merge in order.
     pub async fn send_batch(&self, messages: &[Message]) -> Result<BatchReport> {
         let spec = &self.spec;
+        if messages.len() > MAX_BATCH {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "a batch of {} messages is too large: send at most {MAX_BATCH} per call; nothing was sent",
+                    messages.len()
+                ),
+            ));
+        }
         let mut specs = Vec::with_capacity(messages.len());
         for (i, m) in messages.iter().enumerate() {
             let s = m.spec_for(spec).map_err(|e| {

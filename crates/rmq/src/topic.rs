@@ -109,7 +109,9 @@ pub struct TopicSpec {
 impl TopicSpec {
     /// A definition with the default settings: 16 slots, 30 s lease,
     /// 16 attempts, backoff 1 s doubling up to 10 min, 1 MiB payloads,
-    /// 1 s tolerance for past due times, all dead letters kept.
+    /// 1 s tolerance for past due times, 10,000 dead letters kept per slot
+    /// (older ones are dropped and counted as `dead_dropped`: a poison
+    /// storm cannot fill Redis silently).
     pub fn new(name: impl Into<String>, kind: TopicKind) -> Self {
         TopicSpec {
             name: name.into(),
@@ -121,7 +123,7 @@ impl TopicSpec {
             backoff_max_ms: 600_000,
             max_payload_bytes: 1 << 20,
             past_tolerance_ms: 1_000,
-            dead_letters_per_slot: 0,
+            dead_letters_per_slot: 10_000,
         }
     }
 

@@ -282,3 +282,16 @@ async fn passwords_never_show_in_debug_output_or_errors() {
         assert!(!format!("{c:?}").contains("anything"), "{c:?}");
     }
 }
+
+#[tokio::test]
+async fn oversized_batches_are_refused_whole() {
+    let (_s, _c, topic) = setup(TopicKind::Priority, 1).await;
+    let msgs: Vec<Message> = (0..=rmq::MAX_BATCH)
+        .map(|i| Message::new(i.to_string()))
+        .collect();
+    let e = topic.send_batch(&msgs).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(topic.stats().await.unwrap().total.sent, 0);
+    // Dead letters are bounded by default.
+    assert_eq!(topic.spec().dead_letters_per_slot, 10_000);
+}

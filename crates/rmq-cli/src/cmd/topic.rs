@@ -73,6 +73,10 @@ pub struct CreateArgs {
     /// Largest payload in bytes [default: 1048576]
     #[arg(long, value_name = "BYTES")]
     pub max_payload: Option<u64>,
+    /// Dead letters kept per slot, the oldest dropped (and counted) beyond;
+    /// 0 keeps all [default: 10000]
+    #[arg(long, value_name = "N")]
+    pub dead_letters_per_slot: Option<u64>,
 }
 
 impl CreateArgs {
@@ -84,6 +88,9 @@ impl CreateArgs {
         }
         if let Some(ms) = self.lease {
             spec = spec.lease(Duration::from_millis(ms));
+        }
+        if let Some(n) = self.dead_letters_per_slot {
+            spec = spec.dead_letters_per_slot(n);
         }
         if let Some(n) = self.max_attempts {
             spec = spec.max_attempts(n);
