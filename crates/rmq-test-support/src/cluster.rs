@@ -27,6 +27,8 @@ pub struct RedisClusterBuilder {
     node_timeout_ms: u64,
     appendonly_always: bool,
     extra: Vec<(String, String)>,
+    /// TLS: (certificate, key, CA) files for every node.
+    tls: Option<(String, String, String)>,
 }
 
 impl Default for RedisClusterBuilder {
@@ -37,6 +39,7 @@ impl Default for RedisClusterBuilder {
             node_timeout_ms: 1000,
             appendonly_always: false,
             extra: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -66,6 +69,14 @@ impl RedisClusterBuilder {
         self
     }
 
+    /// TLS on every node: a `tls-port` each (plus the plaintext port, which
+    /// the harness uses), TLS on the cluster bus and for replication, with
+    /// these PEM files. Clients find the TLS ports with [`RedisCluster::tls_urls`].
+    pub fn tls(mut self, cert: &str, key: &str, ca: &str) -> Self {
+        self.tls = Some((cert.into(), key.into(), ca.into()));
+        self
+    }
+
     /// Adds `--<name> <value>` to every node.
     pub fn arg(mut self, name: &str, value: &str) -> Self {
         self.extra
@@ -80,6 +91,7 @@ impl RedisClusterBuilder {
     /// Panics with the nodes' logs if the cluster does not form.
     pub fn start(self) -> RedisCluster {
         let count = self.masters * (1 + self.replicas);
+        let mut tls_ports = Vec::new();
         let nodes: Vec<RedisServer> = (0..count)
             .map(|_| {
                 let mut b = RedisServer::builder()
@@ -91,6 +103,18 @@ impl RedisClusterBuilder {
                     .arg("cluster-allow-replica-migration", "no");
                 if self.appendonly_always {
                     b = b.appendonly_always();
+                }
+                if let Some((cert, key, ca)) = &self.tls {
+                    let port = free_port();
+                    tls_ports.push(port);
+                    b = b
+                        .arg("tls-port", &port.to_string())
+                        .arg("tls-cert-file", cert)
+                        .arg("tls-key-file", key)
+                        .arg("tls-ca-cert-file", ca)
+                        .arg("tls-auth-clients", "no")
+                        .arg("tls-cluster", "yes")
+                        .arg("tls-replication", "yes");
                 }
                 for (k, v) in &self.extra {
                     b = b.arg(k, v);
@@ -108,6 +132,7 @@ impl RedisClusterBuilder {
         let cluster = RedisCluster {
             nodes,
             masters: self.masters,
+            tls_ports,
         };
         let out = cli_raw(&create);
         if !out.ok {
@@ -123,6 +148,7 @@ impl RedisClusterBuilder {
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
     masters: usize,
+    tls_ports: Vec<u16>,
 }
 
 /// The output of one `redis-cli` run.
@@ -161,6 +187,14 @@ impl RedisCluster {
     /// Every node's URL, `redis://127.0.0.1:<port>`.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.url()).collect()
+    }
+
+    /// With TLS: every node's `rediss://127.0.0.1:<tls-port>` (empty without).
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.tls_ports
+            .iter()
+            .map(|p| format!("rediss://127.0.0.1:{p}"))
+            .collect()
     }
 
     /// The nodes, in creation order (the first `masters` were created as masters).

@@ -235,3 +235,65 @@ async fn tls_settings_with_a_plaintext_url_are_refused() {
     );
     let _: PathBuf = t.dir.path().to_path_buf();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_works_with_the_same_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    // One certificate for every node (all on 127.0.0.1), usable on the cluster bus too.
+    ca_and_cert(dir.path(), "node", "DNS:localhost,IP:127.0.0.1", false);
+    let ext = dir.path().join("node.ext");
+    std::fs::write(
+        &ext,
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
+    )
+    .unwrap();
+    openssl(
+        dir.path(),
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "node.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "node.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "node.ext",
+        ],
+    );
+    let p = |f: &str| dir.path().join(f).display().to_string();
+    let cluster = rmq_test_support::RedisCluster::builder()
+        .replicas(0)
+        .tls(&p("node.crt"), &p("node.key"), &p("ca.crt"))
+        .start();
+    let urls = cluster.tls_urls();
+    let ca = TlsOptions {
+        ca_pem: Some(std::fs::read(dir.path().join("ca.crt")).unwrap()),
+        ..Default::default()
+    };
+    let client = Client::connect_cluster(&[urls[0].as_str()], ClientOptions::default().tls(ca))
+        .await
+        .unwrap();
+    assert!(client.is_cluster());
+    round_trip(&client).await;
+    // Without the CA the cluster is not trusted.
+    let e = Client::connect_cluster(&[urls[0].as_str()], ClientOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
+    // TLS settings with plaintext seeds are refused.
+    let plain = cluster.urls();
+    let e = Client::connect_cluster(
+        &[plain[0].as_str()],
+        ClientOptions::default().tls(TlsOptions::default()),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+}
