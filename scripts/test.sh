@@ -24,5 +24,5 @@ if [[ $# -eq 0 ]]; then
     echo "== the core semantics tests again, on a 3-master Redis Cluster ==" >&2
     RMQ_TEST_CLUSTER=1 cargo test -p rmq --locked \
         --test merge --test ordering --test lifecycle --test in_flight \
-        --test consumer_run --test serial --test faults --test model
+        --test consumer_run --test serial --test faults --test model --test payloads
 fi
