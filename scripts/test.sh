@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite (unit, integration and doc tests) after making
-# sure redis-server is installed, then the core semantics tests a second
-# time on a throwaway Redis Cluster (RMQ_TEST_CLUSTER=1; skipped when
-# arguments narrow the run). Extra arguments go to `cargo test`,
+# sure redis-server is installed, then the core semantics tests again on a
+# throwaway Redis Cluster (RMQ_TEST_CLUSTER=1), as a least-privilege ACL
+# user (RMQ_TEST_ACL=1) and as an FCALL-only user (RMQ_TEST_ACL=functions);
+# the extra passes are skipped when arguments narrow the run. Extra arguments go to `cargo test`,
 # e.g. `scripts/test.sh -p rmq` or `scripts/test.sh -- --nocapture`.
 # With -p/--package only those packages are tested (--workspace would
 # otherwise override the selection).
@@ -25,4 +26,10 @@ if [[ $# -eq 0 ]]; then
     RMQ_TEST_CLUSTER=1 cargo test -p rmq --locked \
         --test merge --test ordering --test lifecycle --test in_flight \
         --test consumer_run --test serial --test faults --test model --test payloads
+    echo "== again, as a least-privilege ACL user, and as an FCALL-only user (locked-down mode) ==" >&2
+    for mode in 1 functions; do
+        RMQ_TEST_ACL=$mode cargo test -p rmq --locked \
+            --test merge --test ordering --test lifecycle --test in_flight \
+            --test consumer_run --test serial --test model --test payloads
+    done
 fi

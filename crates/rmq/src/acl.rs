@@ -52,7 +52,8 @@ pub const CLIENT_COMMANDS: &[&str] = &[
     "unsubscribe",
     "ssubscribe",
     "sunsubscribe",
-    // Durable sends.
+    // Durable sends (on Redis 7.2+ with the AOF on, add "waitaof": 7.0
+    // refuses unknown names in ACL SETUSER, so it is not listed).
     "wait",
     // Connection set-up and health: the handshake, the preflight's
     // version and persistence checks, a cluster's topology. (The client

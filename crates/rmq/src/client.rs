@@ -400,6 +400,7 @@ impl Client {
                 _ => tracing::warn!("{w}"),
             }
         }
+        redis.waitaof = supports_waitaof(&redis).await;
         if redis.functions {
             check_functions_loaded(&redis).await?;
         } else {
@@ -573,6 +574,28 @@ fn check_version(info_server: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Whether every master is Redis 7.2+ (WAITAOF) with the AOF enabled.
+async fn supports_waitaof(redis: &Redis) -> bool {
+    let mut info = redis::cmd("INFO");
+    info.arg("server").arg("persistence");
+    let Ok(replies) = on_every_master(redis, info).await else {
+        return false;
+    };
+    !replies.is_empty()
+        && replies.into_iter().all(|v| {
+            let text: String = redis::from_redis_value(v).unwrap_or_default();
+            let version = text
+                .lines()
+                .find_map(|l| l.strip_prefix("redis_version:"))
+                .unwrap_or("0.0")
+                .trim()
+                .to_string();
+            let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+            let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+            (major, minor) >= (7, 2) && text.lines().any(|l| l.trim() == "aof_enabled:1")
+        })
 }
 
 /// Locked-down mode: the library must be there (`FUNCTION LIST`; when the

@@ -107,6 +107,9 @@ pub(crate) struct Redis {
     /// Locked-down mode: call the admin-loaded Function library with FCALL
     /// instead of loading and calling scripts.
     pub(crate) functions: bool,
+    /// Every master is Redis 7.2+ with the AOF on: durable sends use
+    /// `WAITAOF 1 n` (fsynced locally and on n replicas) instead of `WAIT n`.
+    pub(crate) waitaof: bool,
 }
 
 /// The longest WAIT timeout a durable send may ask for.
@@ -117,6 +120,37 @@ pub(crate) const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(
 pub(crate) struct WaitFor {
     pub(crate) replicas: u32,
     pub(crate) timeout_ms: u64,
+    /// `WAITAOF 1 replicas timeout` instead of `WAIT replicas timeout`.
+    pub(crate) aof: bool,
+}
+
+impl WaitFor {
+    fn push(&self, pipe: &mut Pipeline) {
+        if self.aof {
+            pipe.cmd("WAITAOF")
+                .arg(1)
+                .arg(self.replicas)
+                .arg(self.timeout_ms);
+        } else {
+            pipe.cmd("WAIT").arg(self.replicas).arg(self.timeout_ms);
+        }
+    }
+}
+
+/// Replicas that have the write, from a WAIT reply (a count) or a WAITAOF
+/// reply (local fsyncs, replica fsyncs: none count unless the local one
+/// happened).
+fn acked_of(reply: Option<redis::RedisResult<Value>>) -> u32 {
+    match reply {
+        Some(Ok(Value::Int(n))) => u32::try_from(n).unwrap_or(0),
+        Some(Ok(Value::Array(v))) => match v.as_slice() {
+            [Value::Int(local), Value::Int(replicas)] if *local >= 1 => {
+                u32::try_from(*replicas).unwrap_or(0)
+            }
+            _ => 0,
+        },
+        _ => 0,
+    }
 }
 
 impl Redis {
@@ -127,6 +161,7 @@ impl Redis {
             wait_conn: Default::default(),
             response_timeout,
             functions: false,
+            waitaof: false,
         }
     }
 
@@ -370,14 +405,11 @@ async fn single_pipeline(
         pipe.add_command(calls[i].1.clone());
     }
     if let Some(w) = wait {
-        pipe.cmd("WAIT").arg(w.replicas).arg(w.timeout_ms);
+        w.push(&mut pipe);
     }
     let mut results: Vec<redis::RedisResult<Value>> = pipe.query_async(&mut conn).await?;
     let acked = if wait.is_some() {
-        match results.pop() {
-            Some(Ok(Value::Int(n))) => Some(u32::try_from(n).unwrap_or(0)),
-            _ => Some(0),
-        }
+        Some(acked_of(results.pop()))
     } else {
         None
     };
@@ -442,15 +474,12 @@ async fn one_call(
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     pipe.add_command(cmd.clone());
-    pipe.cmd("WAIT").arg(w.replicas).arg(w.timeout_ms);
+    w.push(&mut pipe);
     let r: redis::RedisResult<Vec<redis::RedisResult<Value>>> = pipe.query_async(conn).await;
     match r {
         Err(e) => (Err(e), None),
         Ok(mut v) => {
-            let acked = match v.pop() {
-                Some(Ok(Value::Int(n))) => u32::try_from(n).unwrap_or(0),
-                _ => 0,
-            };
+            let acked = acked_of(v.pop());
             let first = v.pop().unwrap_or_else(|| {
                 Err(redis::RedisError::from((
                     redis::ErrorKind::Io,
@@ -459,5 +488,37 @@ async fn one_call(
             });
             (first, Some(acked))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_and_waitaof_replies_count_replicas() {
+        assert_eq!(acked_of(Some(Ok(Value::Int(2)))), 2);
+        assert_eq!(
+            acked_of(Some(Ok(Value::Array(vec![Value::Int(1), Value::Int(1)])))),
+            1
+        );
+        // Not fsynced locally: nothing counts.
+        assert_eq!(
+            acked_of(Some(Ok(Value::Array(vec![Value::Int(0), Value::Int(1)])))),
+            0
+        );
+        assert_eq!(acked_of(None), 0);
+        let mut pipe = redis::pipe();
+        WaitFor {
+            replicas: 1,
+            timeout_ms: 50,
+            aof: true,
+        }
+        .push(&mut pipe);
+        let packed = String::from_utf8_lossy(&pipe.get_packed_pipeline()).into_owned();
+        assert!(
+            packed.contains("WAITAOF") && packed.contains("\r\n50\r\n"),
+            "{packed}"
+        );
     }
 }

@@ -348,12 +348,15 @@ impl Topic {
     /// fewer did within `timeout` (at most 60 s; the write stays on the
     /// master; sending again is safe, it merges). Durable sends use a
     /// connection of their own, since `WAIT` holds the connection it runs
-    /// on: consumers are never held up by a slow replica. Redis replication stays asynchronous: a
+    /// on: consumers are never held up by a slow replica. On Redis 7.2+
+    /// with the AOF on, `WAITAOF 1 n` is used instead: the write is also
+    /// fsynced on the master and on the replicas that count. Redis replication stays asynchronous: a
     /// durable send survives the failover of its master to a replica that
     /// acknowledged it; a plain send may be lost by a failover.
     pub fn durable(&self, replicas: u32, timeout: std::time::Duration) -> Topic {
         let mut t = self.clone();
         t.durability = Some(crate::conn::WaitFor {
+            aof: self.client.inner.redis.waitaof,
             replicas,
             timeout_ms: u64::try_from(timeout.min(crate::conn::MAX_WAIT).as_millis())
                 .unwrap_or(60_000)

@@ -29,7 +29,11 @@ impl Backend {
 
     pub async fn connect(&self) -> Client {
         match self {
-            Backend::Single(s) => Client::connect(&s.url()).await.expect("connect"),
+            Backend::Single(s) => match std::env::var("RMQ_TEST_ACL").as_deref() {
+                Ok("1") => least_privilege(s, false).await,
+                Ok("functions") => least_privilege(s, true).await,
+                _ => Client::connect(&s.url()).await.expect("connect"),
+            },
             Backend::Cluster(c) => {
                 let urls = c.urls();
                 Client::connect_cluster(&[urls[0].as_str()], ClientOptions::default())
@@ -38,6 +42,41 @@ impl Backend {
             }
         }
     }
+}
+
+/// With `RMQ_TEST_ACL=1` the semantics tests connect as a user holding only
+/// `rmq::acl::setuser_line("rmq", ..)`; with `RMQ_TEST_ACL=functions`, as
+/// an FCALL-only user of the locked-down mode (the admin loads the library).
+async fn least_privilege(server: &RedisServer, functions: bool) -> Client {
+    let admin = redis::Client::open(server.url()).unwrap();
+    let mut conn = admin.get_multiplexed_async_connection().await.unwrap();
+    let line = if functions {
+        rmq::acl::setuser_line_locked_down("rmq", "rmq-test").unwrap()
+    } else {
+        rmq::acl::setuser_line("rmq", "rmq-test").unwrap()
+    };
+    let mut cmd = redis::cmd("ACL");
+    for w in line.split_whitespace().skip(1).chain(["on", ">test-pw"]) {
+        cmd.arg(w);
+    }
+    let _: () = cmd.query_async(&mut conn).await.unwrap();
+    if functions {
+        Client::connect(&server.url())
+            .await
+            .unwrap()
+            .load_functions()
+            .await
+            .unwrap();
+    }
+    let url = format!("redis://rmq-test:test-pw@127.0.0.1:{}", server.port());
+    let client = Client::connect_with(&url, ClientOptions::default().functions(functions))
+        .await
+        .expect("connect as the least-privilege user");
+    // Proof that it is the restricted user: CONFIG GET was refused.
+    assert!(client
+        .warnings()
+        .contains(&rmq::ServerWarning::ConfigUnreadable));
+    client
 }
 
 /// Runs a raw command: by key on a cluster (SCRIPT and other keyless
