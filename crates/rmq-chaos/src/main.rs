@@ -89,7 +89,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => rt.block_on(scenario::run(a)),
         Cmd::List => {
             for s in scenario::ALL {
-                println!("{:<14} {}", s.name, s.about);
+                println!("{:<26} {}", s.name, s.about);
             }
             Ok(true)
         }
