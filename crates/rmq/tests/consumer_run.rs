@@ -165,7 +165,7 @@ async fn calls_on(url: &str) -> u64 {
         .await
         .unwrap();
     info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:"))
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_fcall:"))
         .filter_map(|l| {
             l.split("calls=")
                 .nth(1)?
