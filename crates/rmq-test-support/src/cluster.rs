@@ -238,6 +238,30 @@ impl RedisCluster {
         })
     }
 
+    /// The replicas of master node `master`: nodes whose `ROLE` says they
+    /// replicate its port and are connected. Waits up to `timeout` for at
+    /// least one (replication links come up after the cluster is created).
+    pub fn replicas_of(&self, master: usize, timeout: Duration) -> Vec<usize> {
+        let port = self.nodes[master].port().to_string();
+        let deadline = Instant::now() + timeout;
+        loop {
+            let found: Vec<usize> = (0..self.nodes.len())
+                .filter(|&i| i != master && self.nodes[i].is_running())
+                .filter(|&i| {
+                    let role = self.cli(i, &["ROLE"]);
+                    let lines: Vec<&str> = role.lines().map(str::trim).collect();
+                    lines.first() == Some(&"slave")
+                        && lines.get(2) == Some(&port.as_str())
+                        && lines.get(3) == Some(&"connected")
+                })
+                .collect();
+            if !found.is_empty() || Instant::now() >= deadline {
+                return found;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Number of keys node `i` holds (`DBSIZE`).
     pub fn dbsize(&self, i: usize) -> u64 {
         self.cli(i, &["DBSIZE"]).parse().unwrap_or(0)

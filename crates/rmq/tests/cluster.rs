@@ -88,17 +88,10 @@ async fn durable_sends_wait_for_a_replica_and_say_when_none_answered() {
     let master = cluster
         .master_of_slot(hash_slot(&cluster, &topic, 0))
         .unwrap();
-    let master_id = cluster.node_id(master);
-    let replica = (0..cluster.nodes().len())
-        .find(|&i| {
-            i != master && cluster.cli(i, &["CLUSTER", "MYID"]) != master_id && {
-                let nodes = cluster.cli(i, &["CLUSTER", "NODES"]);
-                nodes
-                    .lines()
-                    .any(|l| l.contains("myself") && l.contains(&master_id))
-            }
-        })
-        .unwrap();
+    let replica = *cluster
+        .replicas_of(master, Duration::from_secs(10))
+        .first()
+        .expect("the slot's master has a connected replica");
     cluster.nodes()[replica].pause();
     let e = durable.send(Message::new("c")).await.unwrap_err();
     cluster.nodes()[replica].resume();
