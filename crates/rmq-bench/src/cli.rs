@@ -24,7 +24,8 @@ pub(crate) struct Args {
     /// Tiny counts for CI: every scenario, a few seconds in all.
     #[arg(long)]
     pub(crate) smoke: bool,
-    /// Run only the scenarios whose name contains one of these (comma separated).
+    /// Run only the scenarios whose name contains one of these (comma separated);
+    /// "NAME PARAMS" (e.g. "consume concurrency=128 batch=64") runs one case.
     #[arg(long, value_delimiter = ',')]
     pub(crate) only: Vec<String>,
 }

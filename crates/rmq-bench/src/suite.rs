@@ -15,7 +15,21 @@ use crate::workload::{BIG_N, KINDS, SEND_N};
 use crate::{backlog, consume_mode, handover};
 
 pub(crate) async fn run_all(env: &Env, only: &[String]) -> Results {
-    let wants = |s: &str| only.is_empty() || only.iter().any(|o| s.contains(o.as_str()));
+    // `--only NAME` picks scenarios by substring; `--only "NAME PARAMS"` one case of them.
+    let wants = |s: &str| {
+        only.is_empty()
+            || only.iter().any(|o| match o.split_once(' ') {
+                Some((name, _)) => s == name,
+                None => s.contains(o.as_str()),
+            })
+    };
+    let wants_case = |s: &str, params: &str| {
+        only.is_empty()
+            || only.iter().any(|o| {
+                (!o.contains(' ') && s.contains(o.as_str()))
+                    || format!("{s} {params}").contains(o.as_str())
+            })
+    };
     let mut out = Results::default();
     let send_n = env.n(SEND_N);
     let big_n = env.n(BIG_N);
@@ -40,11 +54,11 @@ pub(crate) async fn run_all(env: &Env, only: &[String]) -> Results {
     }
     if wants("consume") {
         for (c, b) in [(1usize, 1usize), (16, 16), (128, 64), (128, 1)] {
-            let id = (
-                "consume",
-                TopicKind::Priority,
-                format!("concurrency={c} batch={b}"),
-            );
+            let params = format!("concurrency={c} batch={b}");
+            if !wants_case("consume", &params) {
+                continue;
+            }
+            let id = ("consume", TopicKind::Priority, params);
             run_case(env, &mut out, id, 2 * send_n, |cl| consume(env, cl, c, b)).await;
         }
     }

@@ -231,6 +231,9 @@ pub struct Received {
     /// was taken. It only grows; pass it to downstream writes so that a
     /// consumer that lost the slot cannot overwrite a newer owner's work.
     pub fence: Option<u64>,
+    /// The delivery id pop returned (`<token>,<attempt>,<score>|<key>`): it
+    /// names this delivery when it is settled.
+    pub(crate) id: Vec<u8>,
 }
 
 impl Received {

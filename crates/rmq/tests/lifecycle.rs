@@ -266,3 +266,39 @@ async fn dead_letters_of_messages_with_a_slot_basis_can_be_requeued_by_key() {
         1
     );
 }
+
+#[tokio::test]
+async fn requeued_dead_letters_wait_behind_their_key_in_flight_and_merge_into_it_pending() {
+    let (_s, _c, topic) = setup_with(spec(TopicKind::Priority).slots(1)).await;
+    topic.send(Message::new("old").key("k")).await.unwrap();
+    let d = topic.take(1).await.unwrap().pop().unwrap();
+    d.dead("bad").await.unwrap();
+
+    // The same key is in flight again: the requeued letter parks behind it.
+    topic.send(Message::new("new").key("k")).await.unwrap();
+    let d = topic.take(1).await.unwrap().pop().unwrap();
+    assert_eq!(d.payload, b"new");
+    assert_eq!(
+        topic.requeue_dead(DeadSelection::All).await.unwrap(),
+        (1, 0)
+    );
+    assert!(
+        topic.take(1).await.unwrap().is_empty(),
+        "nothing of k while k is in flight"
+    );
+    d.ack().await.unwrap();
+    let d = topic.take(1).await.unwrap().pop().unwrap();
+    assert_eq!((d.payload.as_slice(), d.attempt), (&b"old"[..], 1));
+    d.dead("bad again").await.unwrap();
+
+    // The same key is pending: the requeued letter merges into it.
+    topic.send(Message::new("pending").key("k")).await.unwrap();
+    assert_eq!(
+        topic.requeue_dead(DeadSelection::All).await.unwrap(),
+        (0, 1)
+    );
+    let d = topic.take(1).await.unwrap().pop().unwrap();
+    assert_eq!(d.payload, b"pending");
+    d.ack().await.unwrap();
+    assert!(topic.take(1).await.unwrap().is_empty());
+}

@@ -146,7 +146,7 @@ impl Delivery {
         loop {
             match self
                 .settler
-                .settle(m.slot, m.key.clone(), m.token, self.fence(), op.clone())
+                .settle(m.slot, m.id.clone(), self.fence(), op.clone())
                 .await
             {
                 Err(e) if e.is_retryable() && wait < Duration::from_secs(4) => {
@@ -202,7 +202,7 @@ impl Delivery {
         self.ended = true;
         let m = &self.msg;
         self.settler
-            .settle_detached(m.slot, m.key.clone(), m.token, self.fence(), Op::Release);
+            .settle_detached(m.slot, m.id.clone(), self.fence(), Op::Release);
     }
 
     /// Extends the lease: it now ends `by` from now (server clock).
@@ -212,13 +212,7 @@ impl Delivery {
             .unwrap_or(u64::MAX)
             .clamp(1, crate::message::MAX_SPAN_MS);
         self.settler
-            .settle(
-                m.slot,
-                m.key.clone(),
-                m.token,
-                self.fence(),
-                Op::Extend { ms },
-            )
+            .settle(m.slot, m.id.clone(), self.fence(), Op::Extend { ms })
             .await
             .map(|_| ())
     }
@@ -237,8 +231,7 @@ impl Drop for Delivery {
             let m = &self.msg;
             self.settler.settle_detached(
                 m.slot,
-                m.key.clone(),
-                m.token,
+                m.id.clone(),
                 self.fence(),
                 Op::Nack {
                     delay_ms: -1,

@@ -308,23 +308,29 @@ pub(crate) fn parse_pop(spec: &TopicSpec, slot: u32, a: Vec<redis::Value>) -> Po
     let opt = |i: usize| a.get(i).and_then(as_int);
     let mut messages = Vec::new();
     let mut i = 5;
-    while i + 4 < a.len() {
-        let score = int_at(&a, i + 3).unwrap_or(0);
-        let (priority, due_ms) = Received::score_fields(spec.kind, score);
+    while i + 1 < a.len() {
+        let id = bytes_at(&a, i).unwrap_or_default();
+        let payload = bytes_at(&a, i + 1).unwrap_or_default();
+        i += 2;
+        let Some(d) = DeliveryId::parse(&id) else {
+            tracing::error!(topic = %spec.name, slot, "pop returned a malformed delivery id");
+            continue;
+        };
+        let (priority, due_ms) = Received::score_fields(spec.kind, d.score);
         messages.push(Received {
             topic: spec.name.clone(),
             kind: spec.kind,
-            key: bytes_at(&a, i).unwrap_or_default(),
-            payload: bytes_at(&a, i + 1).unwrap_or_default(),
+            key: d.key.to_vec(),
+            payload,
             slot,
-            attempt: u32::try_from(int_at(&a, i + 2).unwrap_or(1)).unwrap_or(u32::MAX),
+            attempt: d.attempt,
             priority,
             due_ms,
-            token: u64::try_from(int_at(&a, i + 4).unwrap_or(0)).unwrap_or(0),
+            token: d.token,
             taken_ms: now,
             fence: None,
+            id,
         });
-        i += 5;
     }
     Popped {
         now,
@@ -332,5 +338,60 @@ pub(crate) fn parse_pop(spec: &TopicSpec, slot: u32, a: Vec<redis::Value>) -> Po
         retry: opt(2),
         lease: opt(3),
         messages,
+    }
+}
+
+/// The parts of a delivery id, `<token>,<attempt>,<score>|<key>` (pop.lua).
+#[derive(Debug, PartialEq)]
+pub(crate) struct DeliveryId<'a> {
+    pub(crate) token: u64,
+    pub(crate) attempt: u32,
+    pub(crate) score: i64,
+    pub(crate) key: &'a [u8],
+}
+
+impl<'a> DeliveryId<'a> {
+    pub(crate) fn parse(id: &'a [u8]) -> Option<DeliveryId<'a>> {
+        let bar = id.iter().position(|&b| b == b'|')?;
+        let head = std::str::from_utf8(&id[..bar]).ok()?;
+        let mut parts = head.splitn(3, ',');
+        let token = parts.next()?.parse().ok()?;
+        let attempt = parts.next()?.parse().ok()?;
+        let score_s = parts.next()?;
+        // Scores are whole numbers; Redis may print a large one as a float.
+        let score = score_s
+            .parse::<i64>()
+            .ok()
+            .or_else(|| score_s.parse::<f64>().ok().map(|f| f as i64))?;
+        Some(DeliveryId {
+            token,
+            attempt,
+            score,
+            key: &id[bar + 1..],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeliveryId;
+
+    #[test]
+    fn a_delivery_id_names_token_attempt_score_and_key() {
+        let d = DeliveryId::parse(b"17,2,9007199254740991|a|b,c").unwrap();
+        assert_eq!(
+            d,
+            DeliveryId {
+                token: 17,
+                attempt: 2,
+                score: 9_007_199_254_740_991,
+                key: b"a|b,c",
+            }
+        );
+        assert_eq!(DeliveryId::parse(b"1,1,-5|").unwrap().score, -5);
+        assert_eq!(DeliveryId::parse(b"1,1,1e3|k").unwrap().score, 1000);
+        for bad in [&b"k"[..], b"1,1|k", b"x,1,2|k", b"1,1,2", b"1,-1,2|k"] {
+            assert_eq!(DeliveryId::parse(bad), None, "{bad:?}");
+        }
     }
 }

@@ -48,21 +48,22 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    fn code(&self) -> &'static [u8] {
+    /// Its letter in settle.lua's operation string.
+    fn code(&self) -> u8 {
         match self {
-            Op::Ack => b"a",
-            Op::Nack { .. } => b"n",
-            Op::Dead { .. } => b"d",
-            Op::Extend { .. } => b"e",
-            Op::Release => b"r",
+            Op::Ack => b'a',
+            Op::Nack { .. } => b'n',
+            Op::Dead { .. } => b'd',
+            Op::Extend { .. } => b'e',
+            Op::Release => b'r',
         }
     }
 }
 
 pub(crate) struct Request {
     pub(crate) slot: u32,
-    pub(crate) key: Vec<u8>,
-    pub(crate) token: u64,
+    /// The delivery id (see `Received::id`).
+    pub(crate) id: Vec<u8>,
     pub(crate) fence: Option<Fence>,
     pub(crate) op: Op,
     pub(crate) reply: Option<oneshot::Sender<Result<Settled>>>,
@@ -85,8 +86,7 @@ impl Settler {
     pub(crate) async fn settle(
         &self,
         slot: u32,
-        key: Vec<u8>,
-        token: u64,
+        id: Vec<u8>,
         fence: Option<Fence>,
         op: Op,
     ) -> Result<Settled> {
@@ -94,8 +94,7 @@ impl Settler {
         self.tx
             .send(Request {
                 slot,
-                key,
-                token,
+                id,
                 fence,
                 op,
                 reply: Some(reply),
@@ -106,18 +105,10 @@ impl Settler {
     }
 
     /// Settles without waiting (used on drop, where nothing can be awaited).
-    pub(crate) fn settle_detached(
-        &self,
-        slot: u32,
-        key: Vec<u8>,
-        token: u64,
-        fence: Option<Fence>,
-        op: Op,
-    ) {
+    pub(crate) fn settle_detached(&self, slot: u32, id: Vec<u8>, fence: Option<Fence>, op: Op) {
         let _ = self.tx.send(Request {
             slot,
-            key,
-            token,
+            id,
             fence,
             op,
             reply: None,
@@ -170,15 +161,15 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
         while !reqs.is_empty() {
             let rest = reqs.split_off(reqs.len().min(PER_CALL));
             let chunk = std::mem::replace(&mut reqs, rest);
-            let tokens: Vec<String> = chunk.iter().map(|r| r.token.to_string()).collect();
             let nums: Vec<String> = chunk
                 .iter()
                 .map(|r| match &r.op {
                     Op::Nack { delay_ms, .. } => delay_ms.to_string(),
                     Op::Extend { ms } => ms.to_string(),
-                    _ => "-1".to_string(),
+                    _ => String::new(),
                 })
                 .collect();
+            let ops: Vec<u8> = chunk.iter().map(|r| r.op.code()).collect();
             let mut args: Vec<&[u8]> = vec![
                 a.kind.as_bytes(),
                 a.max_attempts.as_bytes(),
@@ -190,16 +181,20 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
                 a.dead_max.as_bytes(),
                 owner.as_bytes(),
                 epoch.as_bytes(),
+                &ops,
             ];
+            // Each operation's args, as settle.lua reads them.
             for (i, r) in chunk.iter().enumerate() {
-                args.push(r.op.code());
-                args.push(&r.key);
-                args.push(tokens[i].as_bytes());
-                args.push(nums[i].as_bytes());
-                args.push(match &r.op {
-                    Op::Nack { error, .. } | Op::Dead { error } => error.as_bytes(),
-                    _ => b"",
-                });
+                args.push(&r.id);
+                match &r.op {
+                    Op::Nack { error, .. } => {
+                        args.push(nums[i].as_bytes());
+                        args.push(error.as_bytes());
+                    }
+                    Op::Dead { error } => args.push(error.as_bytes()),
+                    Op::Extend { .. } => args.push(nums[i].as_bytes()),
+                    Op::Ack | Op::Release => {}
+                }
             }
             calls.push((
                 ScriptId::Settle,

@@ -5,18 +5,22 @@
 -- Every slot script receives the same ten keys, all under one hash tag:
 --   KEYS[1] q  ZSET  pending messages: member = merge key, score = order
 --   KEYS[2] d  HASH  merge key -> payload of a pending, retry-waiting or in-flight message
---   KEYS[3] f  ZSET  in flight: member = merge key, score = lease deadline (ms)
+--   KEYS[3] f  ZSET  in flight: member = delivery id "<token>,<attempts>,<score>|<key>",
+--                    score = lease deadline (ms). The id carries everything a
+--                    settle needs, so taking a message writes one zset member and
+--                    nothing else; token is unique per slot (counter `tok`).
 --   KEYS[4] n  HASH  merge key -> record of a duplicate that arrived while in flight
 --   KEYS[5] m  HASH  slot counters: sent merged delivered acked retried dead dropped seq tok
 --   KEYS[6] r  ZSET  priority retries waiting out their backoff: score = retry time (ms)
 --   KEYS[7] x  ZSET  dead letters: member = merge key, score = time of death (ms)
 --   KEYS[8] X  HASH  merge key -> dead-letter record
---   KEYS[9] a  HASH  merge key -> "<attempts>,<score>,<token>" of a message delivered
---                    at least once; score is its place in q (priority*2^32 + FIFO
---                    part, or due time in ms), token identifies the current
---                    delivery ("0" when not in flight). A never-delivered message
---                    has no entry here, so a pending message costs one zset member
---                    and one hash field holding just its payload.
+--   KEYS[9] a  HASH  merge key -> "<attempts>,<score>" of a message that was
+--                    delivered and is waiting again (pending in q or a retry in r);
+--                    score is its place in q (priority*2^32 + FIFO part, or due
+--                    time in ms). A never-delivered or in-flight message has no
+--                    entry here, so a pending message costs one zset member and
+--                    one hash field holding just its payload.
+-- A key is in flight when d holds it and neither q nor r does.
 --   KEYS[10] l HASH  serial mode: the slot's lease: owner, epoch, until (ms)
 -- A parked duplicate (n) is "<score>|<payload>".
 -- A dead-letter record is "<attempts>,<score>,<dead_ms>,<deaths>,<errlen>|<error><payload>".
@@ -34,7 +38,12 @@ local K = {
   m = KEYS[5], r = KEYS[6], x = KEYS[7], X = KEYS[8], a = KEYS[9], l = KEYS[10],
 }
 
+-- A whole number as decimal digits. '%d' formats integers directly, which
+-- costs a fraction of Lua's float formatting ('%.14g' or '%.0f').
 local function fmt(n)
+  if n > -2 ^ 62 and n < 2 ^ 62 and n == math.floor(n) then
+    return string.format('%d', n)
+  end
   return string.format('%.0f', n)
 end
 
@@ -60,14 +69,41 @@ local function check_types()
   return nil
 end
 
-local function meta_make(attempts, score, token)
-  return attempts .. ',' .. fmt(score) .. ',' .. token
+local function meta_make(attempts, score)
+  return attempts .. ',' .. fmt(score)
 end
 
--- Returns attempts, score, token.
+-- Returns attempts, score (a third field, from older versions, is ignored).
 local function meta_parse(v)
-  local a, s, t = string.match(v, '^(%d+),(%-?%d+),(%d+)$')
-  return tonumber(a), tonumber(s), t
+  local a, s = string.match(v, '^(%d+),(%-?%d+)')
+  return tonumber(a), tonumber(s)
+end
+
+-- A delivery id (the in-flight member): score is kept as the string it was
+-- read as, so the id needs no number formatting.
+local function flight_make(token, attempts, score, key)
+  if attempts == 1 then
+    return fmt(token) .. ',1,' .. score .. '|' .. key
+  end
+  return fmt(token) .. ',' .. fmt(attempts) .. ',' .. score .. '|' .. key
+end
+
+-- The merge key of a delivery id (nil for a malformed one).
+local function flight_key(id)
+  local bar = string.find(id, '|', 1, true)
+  if not bar then
+    return nil
+  end
+  return string.sub(id, bar + 1)
+end
+
+-- Returns token, attempts, score, key; nil for a malformed id.
+local function flight_parse(id)
+  local t, a, s, p = string.match(id, '^(%d+),(%d+),([^|,]+)|()')
+  if not t then
+    return nil
+  end
+  return t, tonumber(a), tonumber(s), string.sub(id, p)
 end
 
 local function parked_make(score, payload)
@@ -131,7 +167,7 @@ end
 local function flush_counters(c)
   for name, v in pairs(c) do
     if v ~= 0 and name ~= 'retry_at' then
-      redis.call('HINCRBY', K.m, name, v)
+      redis.call('HINCRBY', K.m, name, fmt(v))
     end
   end
 end
@@ -190,25 +226,28 @@ local function backoff(attempts, base_ms, max_ms, jitter)
   return math.floor(d / 2 + d / 2 * jitter)
 end
 
--- Ends an in-flight delivery as a failure: dead letter after the last
--- attempt, else a retry that keeps the kind's ordering after a backoff.
--- A duplicate parked behind it supersedes it (the newer payload wins).
--- Returns 'dead', 'superseded' or 'retry'.
-local function fail(kind, key, err, delay, now, cfg, c, jitter)
-  local meta = redis.call('HGET', K.a, key)
+-- Ends an in-flight delivery (its id, current) as a failure: dead letter
+-- after the last attempt, else a retry that keeps the kind's ordering after
+-- a backoff. A duplicate parked behind it supersedes it (the newer payload
+-- wins). Returns 'dead', 'superseded' or 'retry'.
+local function fail(kind, id, err, delay, now, cfg, c, jitter)
+  local _, a, s, key = flight_parse(id)
+  redis.call('ZREM', K.f, id)
+  if not key then
+    return 'superseded'
+  end
   local p = redis.call('HGET', K.d, key)
   local parked = redis.call('HGET', K.n, key)
   if delay ~= delay or delay > MAX_TIME - now then
     delay = MAX_TIME - now
   end
-  if meta and p then
+  if p then
     local old_dead = redis.call('HGET', K.X, key)
     if old_dead then
       dead_parse(old_dead)
     end
   end
-  redis.call('ZREM', K.f, key)
-  if not meta or not p then
+  if not p then
     redis.call('HDEL', K.a, key)
     redis.call('HDEL', K.d, key)
     if parked then
@@ -216,7 +255,6 @@ local function fail(kind, key, err, delay, now, cfg, c, jitter)
     end
     return 'superseded'
   end
-  local a, s = meta_parse(meta)
   if a >= cfg.max_attempts then
     to_dead(key, a, s, p, err, now, cfg.dead_max, c)
     if parked then
@@ -235,7 +273,7 @@ local function fail(kind, key, err, delay, now, cfg, c, jitter)
     delay = backoff(a, cfg.backoff_ms, cfg.backoff_max_ms, jitter)
   end
   if kind == 'p' then
-    redis.call('HSET', K.a, key, meta_make(a, s, '0'))
+    redis.call('HSET', K.a, key, meta_make(a, s))
     if delay > 0 then
       redis.call('ZADD', K.r, fmt(now + delay), key)
       c.retry_at = math.min(c.retry_at or (now + delay), now + delay)
@@ -244,7 +282,7 @@ local function fail(kind, key, err, delay, now, cfg, c, jitter)
     end
   else
     local ns = now + delay
-    redis.call('HSET', K.a, key, meta_make(a, ns, '0'))
+    redis.call('HSET', K.a, key, meta_make(a, ns))
     redis.call('ZADD', K.q, fmt(ns), key)
   end
   return 'retry'

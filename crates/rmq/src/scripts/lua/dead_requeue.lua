@@ -41,14 +41,17 @@ for _, key in ipairs(keys) do
     end
     redis.call('HDEL', K.X, key)
     redis.call('ZREM', K.x, key)
-    if redis.call('ZSCORE', K.f, key) then
+    local held = redis.call('HEXISTS', K.d, key) == 1
+    local waiting = redis.call('ZSCORE', K.q, key) or redis.call('ZSCORE', K.r, key)
+    if held and not waiting then
+      -- in flight: wait behind it
       if redis.call('HEXISTS', K.n, key) == 1 then
         merged = merged + 1
       else
         redis.call('HSET', K.n, key, parked_make(s, p))
         requeued = requeued + 1
       end
-    elseif redis.call('HEXISTS', K.d, key) == 1 then
+    elseif held then
       merged = merged + 1
     else
       redis.call('HSET', K.d, key, p)

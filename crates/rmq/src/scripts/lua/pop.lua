@@ -16,7 +16,9 @@
 -- Returns: { now, head score or false, next retry ms or false, next lease deadline or false,
 --            (head is false when the caller may not take now: the slot is leased by a
 --            serial owner, or in serial mode something of the slot is in flight),
---            reclaimed count, then per message: key, payload, attempt, score, token }
+--            reclaimed count, then per message: delivery id, payload }
+-- A delivery id is "<token>,<attempt>,<score>|<key>" (see common.lua); settle
+-- takes it back to name the delivery.
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
 local kind = ARGV[1]
@@ -54,8 +56,8 @@ local hm, hs = head(kind)
 
 -- 1. Roll back expired leases, oldest first.
 local expired = redis.call('ZRANGEBYSCORE', K.f, '-inf', now, 'LIMIT', 0, 100)
-for i, key in ipairs(expired) do
-  fail(kind, key, 'lease expired', -1, now, cfg, c, (jitter + i * 0.6180339887) % 1)
+for i, id in ipairs(expired) do
+  fail(kind, id, 'lease expired', -1, now, cfg, c, (jitter + i * 0.6180339887) % 1)
 end
 
 if owner ~= '' then
@@ -109,10 +111,23 @@ local out = {}
 local got = #keys
 if got > 0 then
   local payloads = redis.call('HMGET', K.d, unpack(keys))
-  local metas = redis.call('HMGET', K.a, unpack(keys))
-  local tok = redis.call('HINCRBY', K.m, 'tok', got) - got
+  -- Attempts of redelivered messages; their meta moves into the delivery id.
+  local metas = {}
+  if redis.call('HLEN', K.a) > 0 then
+    metas = redis.call('HMGET', K.a, unpack(keys))
+    local had = {}
+    for i, key in ipairs(keys) do
+      if metas[i] then
+        had[#had + 1] = key
+      end
+    end
+    if #had > 0 then
+      redis.call('HDEL', K.a, unpack(had))
+    end
+  end
+  local tok = redis.call('HINCRBY', K.m, 'tok', fmt(got)) - got
   local deadline = fmt(now + lease)
-  local fargs, aargs = {}, {}
+  local fargs = {}
   for i, key in ipairs(keys) do
     local p = payloads[i]
     if p then
@@ -121,22 +136,16 @@ if got > 0 then
       if metas[i] then
         a = meta_parse(metas[i]) + 1
       end
-      local token = fmt(tok)
+      local id = flight_make(tok, a, scores[i], key)
       fargs[#fargs + 1] = deadline
-      fargs[#fargs + 1] = key
-      aargs[#aargs + 1] = key
-      aargs[#aargs + 1] = meta_make(a, tonumber(scores[i]), token)
-      out[#out + 1] = key
+      fargs[#fargs + 1] = id
+      out[#out + 1] = id
       out[#out + 1] = p
-      out[#out + 1] = a
-      out[#out + 1] = scores[i]
-      out[#out + 1] = token
-      c.delivered = c.delivered + 1
     end
   end
   if #fargs > 0 then
     redis.call('ZADD', K.f, unpack(fargs))
-    redis.call('HSET', K.a, unpack(aargs))
+    c.delivered = c.delivered + #fargs / 2
   end
 end
 

@@ -108,21 +108,30 @@ for i = 1, n do
   end
 end
 if #ukeys > 0 then
-  local inf = redis.call('ZMSCORE', K.f, unpack(ukeys))
   local qs = redis.call('ZMSCORE', K.q, unpack(ukeys))
   local rs = {}
   if kind == 'p' then
     rs = redis.call('ZMSCORE', K.r, unpack(ukeys))
   end
+  -- Neither pending nor waiting for a retry, yet holding a payload: in flight.
+  local rest = {}
   for j, key in ipairs(ukeys) do
     local st = state[key]
-    if inf[j] then
-      st.where = 'f'
-    elseif qs[j] then
+    if qs[j] then
       st.where = 'q'
       st.score = tonumber(qs[j])
     elseif rs[j] then
       st.where = 'r'
+    else
+      rest[#rest + 1] = key
+    end
+  end
+  if #rest > 0 then
+    local held = redis.call('HMGET', K.d, unpack(rest))
+    for j, key in ipairs(rest) do
+      if held[j] then
+        state[key].where = 'f'
+      end
     end
   end
 end
@@ -175,7 +184,7 @@ for i = 1, n do
       local meta = redis.call('HGET', K.a, key)
       if meta then
         local a, s = meta_parse(meta)
-        redis.call('HSET', K.a, key, meta_make(a, merged_score(s, v), '0'))
+        redis.call('HSET', K.a, key, meta_make(a, merged_score(s, v)))
       end
       put(dset, dpos, key, payload)
       codes[i] = 2

@@ -5,15 +5,18 @@
 -- ARGV[2] max attempts   ARGV[3] backoff base ms   ARGV[4] backoff max ms   ARGV[5] jitter in [0,1)
 -- ARGV[6] wake-up channel   ARGV[7] slot number   ARGV[8] dead letters kept per slot (0 = all)
 -- ARGV[9] serial mode: the lease owner ('' in parallel mode)   ARGV[10] its epoch
--- ARGV[11..] groups of five: op, merge key, token, number, error text. ops:
---   'a' ack: the message is done and gone
---   'n' nack: failed; retry after <number> ms (-1 = the topic's backoff) or dead after the last attempt
---   'd' dead: failed for good; straight to the dead letters
---   'e' extend: the lease now ends <number> ms from now
---   'r' release: give the message back untouched (the attempt is not counted)
--- A delivery is identified by key and token; a token that is not the key's
--- current delivery (lease expired and rolled back, or taken again) is refused.
--- Acks of distinct keys take a fast path: a few calls for the whole batch.
+-- ARGV[11] the operations, one letter each, in order:
+--   'a' ack: the message is done and gone                      args: id
+--   'n' nack: failed; retry after <ms> (-1 = the topic's backoff)
+--       or dead after the last attempt                         args: id, ms, error text
+--   'd' dead: failed for good; straight to the dead letters    args: id, error text
+--   'e' extend: the lease now ends <ms> from now               args: id, ms
+--   'r' release: give the message back untouched (the attempt
+--       is not counted)                                        args: id
+-- ARGV[12..] the operations' args, in the same order.
+-- A delivery is named by the id pop returned; an id that is not in flight
+-- (lease expired and rolled back, or taken again) is refused.
+-- Acks of ids that appear once take a fast path: a few calls for the whole batch.
 -- Returns: { now, code per group... } with codes
 --    1 done   2 dead   3 superseded by a duplicate that arrived in flight
 --   -1 stale: not the current delivery (nothing changed)
@@ -30,6 +33,7 @@ local cfg = {
 local jitter = tonumber(ARGV[5])
 local channel = ARGV[6]
 local slot = ARGV[7]
+local ops = ARGV[11] or ''
 local now = now_ms()
 
 local bad = check_types()
@@ -37,7 +41,32 @@ if bad then
   return bad
 end
 
-local n = math.floor((#ARGV - 10) / 5)
+-- Decode the operations and check their arguments before any write.
+local n = #ops
+local op_of, id_of, num_of, err_of = {}, {}, {}, {}
+local at = 12
+for i = 1, n do
+  local op = string.sub(ops, i, i)
+  op_of[i] = op
+  id_of[i] = ARGV[at]
+  at = at + 1
+  if op == 'n' or op == 'e' then
+    num_of[i] = tonumber(ARGV[at]) or -1
+    at = at + 1
+  end
+  if op == 'n' or op == 'd' then
+    err_of[i] = ARGV[at]
+    at = at + 1
+  end
+  if not id_of[i] or (op == 'n' and not err_of[i]) or (op == 'd' and not err_of[i])
+      or (op == 'e' and not num_of[i]) or not string.find('andre', op, 1, true) then
+    return redis.error_reply('RMQ_BADARGS settle operation ' .. i .. ' is malformed')
+  end
+end
+if at ~= #ARGV + 1 then
+  return redis.error_reply('RMQ_BADARGS settle got ' .. #ARGV .. ' args for ' .. n .. ' operations')
+end
+
 local codes = { now }
 if not lease_check(ARGV[9], ARGV[10], now) then
   for i = 1, n do
@@ -50,44 +79,49 @@ local hm, hs = head(kind)
 local requeued = false
 local seen = {}
 for i = 1, n do
-  local key = ARGV[10 + (i - 1) * 5 + 2]
-  seen[key] = (seen[key] or 0) + 1
+  seen[id_of[i]] = (seen[id_of[i]] or 0) + 1
   codes[i + 1] = -1
 end
 
--- Fast path: acks of keys that appear once in this call.
-local fast, fast_i, fast_tok = {}, {}, {}
+-- Ends a current delivery of key: a duplicate parked behind it moves in.
+local function release_parked_of(key)
+  local parked = redis.call('HGET', K.n, key)
+  if parked then
+    release_parked(key, parked)
+    requeued = true
+  end
+  return parked
+end
+
+-- Fast path: acks of ids that appear once in this call.
+local fast, fast_i = {}, {}
 for i = 1, n do
-  local base = 10 + (i - 1) * 5
-  local key = ARGV[base + 2]
-  if ARGV[base + 1] == 'a' and seen[key] == 1 then
-    fast[#fast + 1] = key
+  if op_of[i] == 'a' and seen[id_of[i]] == 1 then
+    fast[#fast + 1] = id_of[i]
     fast_i[#fast_i + 1] = i
-    fast_tok[#fast_tok + 1] = ARGV[base + 3]
   end
 end
 if #fast > 0 then
   local fs = redis.call('ZMSCORE', K.f, unpack(fast))
-  local metas = redis.call('HMGET', K.a, unpack(fast))
-  local ok = {}
-  for j, key in ipairs(fast) do
-    if fs[j] and metas[j] then
-      local _, _, t = meta_parse(metas[j])
-      if t == fast_tok[j] then
-        ok[#ok + 1] = key
+  local ok, okeys = {}, {}
+  for j, id in ipairs(fast) do
+    if fs[j] then
+      local key = flight_key(id)
+      if key then
+        ok[#ok + 1] = id
+        okeys[#okeys + 1] = key
         codes[fast_i[j] + 1] = 1
       end
     end
-    seen[key] = 0
+    seen[id] = 0
   end
   if #ok > 0 then
     redis.call('ZREM', K.f, unpack(ok))
-    redis.call('HDEL', K.d, unpack(ok))
-    redis.call('HDEL', K.a, unpack(ok))
+    redis.call('HDEL', K.d, unpack(okeys))
     c.acked = c.acked + #ok
     if redis.call('HLEN', K.n) > 0 then
-      local parked = redis.call('HMGET', K.n, unpack(ok))
-      for j, key in ipairs(ok) do
+      local parked = redis.call('HMGET', K.n, unpack(okeys))
+      for j, key in ipairs(okeys) do
         if parked[j] then
           release_parked(key, parked[j])
           requeued = true
@@ -99,68 +133,51 @@ end
 
 -- Slow path: everything else, in order.
 for i = 1, n do
-  local base = 10 + (i - 1) * 5
-  local op = ARGV[base + 1]
-  local key = ARGV[base + 2]
-  if seen[key] ~= 0 then
-    local token = ARGV[base + 3]
-    local num = tonumber(ARGV[base + 4]) or -1
-    local err = ARGV[base + 5]
+  local op, id = op_of[i], id_of[i]
+  if seen[id] ~= 0 then
     local code = -1
-    local meta = nil
-    if redis.call('ZSCORE', K.f, key) then
-      meta = redis.call('HGET', K.a, key)
-    end
-    if meta then
-      local a, s, t = meta_parse(meta)
-      if t == token then
-        code = 1
-        if op == 'a' then
-          redis.call('ZREM', K.f, key)
-          redis.call('HDEL', K.d, key)
-          redis.call('HDEL', K.a, key)
-          c.acked = c.acked + 1
-          local parked = redis.call('HGET', K.n, key)
-          if parked then
-            release_parked(key, parked)
-            requeued = true
-          end
-        elseif op == 'e' then
-          if num ~= num or num > MAX_TIME - now then
-            num = MAX_TIME - now
-          end
-          redis.call('ZADD', K.f, 'XX', fmt(now + math.max(num, 1)), key)
-        elseif op == 'd' then
-          redis.call('ZREM', K.f, key)
-          to_dead(key, a, s, redis.call('HGET', K.d, key) or '', err, now, cfg.dead_max, c)
-          code = 2
-          local parked = redis.call('HGET', K.n, key)
-          if parked then
-            release_parked(key, parked)
-            requeued = true
-          end
-        elseif op == 'r' then
-          redis.call('ZREM', K.f, key)
-          local parked = redis.call('HGET', K.n, key)
-          if parked then
-            redis.call('HDEL', K.d, key)
-            release_parked(key, parked)
-            c.merged = c.merged + 1
-            code = 3
-          else
-            redis.call('HSET', K.a, key, meta_make(math.max(a - 1, 0), s, '0'))
-            redis.call('ZADD', K.q, fmt(s), key)
-          end
-          requeued = true
-        else
-          local r = fail(kind, key, err, num, now, cfg, c, (jitter + i * 0.6180339887) % 1)
-          if r == 'dead' then
-            code = 2
-          elseif r == 'superseded' then
-            code = 3
-          end
-          requeued = true
+    local _, a, s, key = flight_parse(id)
+    if key and redis.call('ZSCORE', K.f, id) then
+      code = 1
+      if op == 'a' then
+        redis.call('ZREM', K.f, id)
+        redis.call('HDEL', K.d, key)
+        c.acked = c.acked + 1
+        release_parked_of(key)
+      elseif op == 'e' then
+        local num = num_of[i]
+        if num ~= num or num > MAX_TIME - now then
+          num = MAX_TIME - now
         end
+        redis.call('ZADD', K.f, 'XX', fmt(now + math.max(num, 1)), id)
+      elseif op == 'd' then
+        redis.call('ZREM', K.f, id)
+        to_dead(key, a, s, redis.call('HGET', K.d, key) or '', err_of[i], now, cfg.dead_max, c)
+        code = 2
+        release_parked_of(key)
+      elseif op == 'r' then
+        redis.call('ZREM', K.f, id)
+        local parked = redis.call('HGET', K.n, key)
+        if parked then
+          redis.call('HDEL', K.d, key)
+          release_parked(key, parked)
+          c.merged = c.merged + 1
+          code = 3
+        else
+          if a > 1 then
+            redis.call('HSET', K.a, key, meta_make(a - 1, s))
+          end
+          redis.call('ZADD', K.q, fmt(s), key)
+        end
+        requeued = true
+      else
+        local r = fail(kind, id, err_of[i], num_of[i], now, cfg, c, (jitter + i * 0.6180339887) % 1)
+        if r == 'dead' then
+          code = 2
+        elseif r == 'superseded' then
+          code = 3
+        end
+        requeued = true
       end
     end
     codes[i + 1] = code
