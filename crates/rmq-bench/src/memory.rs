@@ -4,22 +4,37 @@
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use rmq::{Client, TopicKind};
+use rmq::{Client, TopicKind, TopicSpec};
 use serde_json::json;
 
 use crate::env::Env;
 use crate::redis_stats::settled_used_memory;
 use crate::report::{round, Row};
-use crate::workload::{define, send_all, BIG_N};
+use crate::workload::{send_all, BIG_N};
 
-pub(crate) async fn memory(env: &Env, client: Client, kind: TopicKind) -> Result<Row> {
+/// Slots that keep every slot of a 1M-message topic within Redis' compact
+/// (listpack) encoding: ~61 messages per slot, under the default limit of 128.
+pub(crate) const COMPACT_SLOTS: u32 = 16_384;
+
+/// `slots`: `None` for the default slot count.
+pub(crate) async fn memory(
+    env: &Env,
+    client: Client,
+    kind: TopicKind,
+    slots: Option<u32>,
+) -> Result<Row> {
     let n = env.n(BIG_N);
     let mut raw = env.raw().await?;
     if env.owned {
         // Only ever on the throwaway server this process started.
         let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await?;
     }
-    let topic = define(&client, "mem", kind).await?;
+    let mut spec = TopicSpec::new("mem", kind);
+    if let Some(s) = slots {
+        spec = spec.slots(s);
+    }
+    let slot_count = spec.slots;
+    let topic = client.define_topic(spec).await?;
     let before = settled_used_memory(&mut raw).await?;
     let start = Instant::now();
     send_all(&topic, kind, n, 1000).await?;
@@ -32,7 +47,7 @@ pub(crate) async fn memory(env: &Env, client: Client, kind: TopicKind) -> Result
     Ok(Row::new(
         "memory",
         kind,
-        json!({"key_bytes": 16, "payload_bytes": 64}),
+        json!({"key_bytes": 16, "payload_bytes": 64, "slots": slot_count}),
         n,
         secs,
     )

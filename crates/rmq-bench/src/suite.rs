@@ -92,8 +92,11 @@ pub(crate) async fn run_all(env: &Env, only: &[String]) -> Results {
     }
     if wants("memory") {
         for kind in KINDS {
-            let id = ("memory", kind, String::new());
-            run_case(env, &mut out, id, big_n, |cl| memory(env, cl, kind)).await;
+            for slots in [None, Some(crate::memory::COMPACT_SLOTS)] {
+                let label = slots.map(|s| format!("slots={s}")).unwrap_or_default();
+                let id = ("memory", kind, label);
+                run_case(env, &mut out, id, big_n, |cl| memory(env, cl, kind, slots)).await;
+            }
         }
     }
     if wants("consume_mode") {

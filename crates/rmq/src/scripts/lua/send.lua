@@ -110,7 +110,7 @@ end
 if #ukeys > 0 then
   local qs = redis.call('ZMSCORE', K.q, unpack(ukeys))
   local rs = {}
-  if kind == 'p' then
+  if kind == 'p' and redis.call('ZCARD', K.r) > 0 then
     rs = redis.call('ZMSCORE', K.r, unpack(ukeys))
   end
   -- Neither pending nor waiting for a retry, yet holding a payload: in flight.
@@ -126,7 +126,7 @@ if #ukeys > 0 then
       rest[#rest + 1] = key
     end
   end
-  if #rest > 0 then
+  if #rest > 0 and redis.call('ZCARD', K.f) > 0 then
     local held = redis.call('HMGET', K.d, unpack(rest))
     for j, key in ipairs(rest) do
       if held[j] then
