@@ -42,7 +42,7 @@ pub(crate) fn slot_keys(prefix: &str, topic: &str, slot: u32, slots: u32) -> [St
         format!("{base}:r"), // ZSET priority retries waiting out their backoff
         format!("{base}:x"), // ZSET dead letters by time of death
         format!("{base}:X"), // HASH dead-letter records
-        format!("{base}:a"), // HASH attempts, score and token of delivered messages
+        format!("{base}:a"), // HASH attempts and score of redelivered messages waiting again
         format!("{base}:l"), // HASH serial mode: the slot's lease (owner, epoch, until)
     ]
 }
