@@ -154,3 +154,42 @@ async fn out_of_memory_refuses_sends_whole_and_still_lets_consumers_ack() {
     }
     assert_eq!(topic.stats().await.unwrap().total.acked, accepted);
 }
+
+#[tokio::test]
+async fn an_in_flight_entry_left_by_an_older_version_is_reclaimed_as_a_failed_attempt() {
+    let (server, _c, topic) = setup(TopicKind::Priority, 1).await;
+    topic
+        .send(Message::new("m").key("k").priority(7))
+        .await
+        .unwrap();
+    // What a consumer of the previous version left when it died mid-message:
+    // the member is the bare key and attempts, score and token live in `a`.
+    let keys = topic.keys_of_slot(0);
+    let (q, f, a) = (&keys[0], &keys[2], &keys[8]);
+    assert!(q.ends_with(":q") && f.ends_with(":f") && a.ends_with(":a"));
+    let score = match raw(&server, &["ZSCORE", q, "k"]).await {
+        redis::Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        redis::Value::Double(d) => format!("{d:.0}"),
+        v => panic!("unexpected {v:?}"),
+    };
+    raw(&server, &["ZREM", q, "k"]).await;
+    raw(&server, &["ZADD", f, "1", "k"]).await;
+    raw(&server, &["HSET", a, "k", &format!("1,{score},7")]).await;
+
+    let (mut s, _stop) = stream(&topic, 1);
+    let d = next(&mut s, 5)
+        .await
+        .expect("reclaimed and delivered again");
+    assert_eq!(
+        (
+            d.key.as_slice(),
+            d.payload.as_slice(),
+            d.attempt,
+            d.priority
+        ),
+        (&b"k"[..], &b"m"[..], 2, Some(7))
+    );
+    d.ack().await.unwrap();
+    let st = topic.stats().await.unwrap().total;
+    assert_eq!((st.pending, st.in_flight, st.acked), (0, 0, 1));
+}

@@ -234,7 +234,12 @@ local function fail(kind, id, err, delay, now, cfg, c, jitter)
   local _, a, s, key = flight_parse(id)
   redis.call('ZREM', K.f, id)
   if not key then
-    return 'superseded'
+    -- Written by an older version: the member is the key, attempts and score are in a.
+    key = id
+    local meta = redis.call('HGET', K.a, key)
+    if meta then
+      a, s = meta_parse(meta)
+    end
   end
   local p = redis.call('HGET', K.d, key)
   local parked = redis.call('HGET', K.n, key)
@@ -247,7 +252,7 @@ local function fail(kind, id, err, delay, now, cfg, c, jitter)
       dead_parse(old_dead)
     end
   end
-  if not p then
+  if not p or not a then
     redis.call('HDEL', K.a, key)
     redis.call('HDEL', K.d, key)
     if parked then
