@@ -143,7 +143,11 @@ impl From<redis::RedisError> for Error {
                 ErrorKind::Fenced,
                 format!("refused by fencing: {detail}; another consumer owns the slot now"),
             )
-        } else if e.code() == Some("RMQ_WRONGTYPE") || detail.starts_with("RMQ_WRONGTYPE") {
+        } else if e.code() == Some("RMQ_WRONGTYPE")
+            || detail.starts_with("RMQ_WRONGTYPE")
+            // A script's typed read of a foreign key, before any write.
+            || e.code() == Some("WRONGTYPE")
+        {
             (
                 ErrorKind::WrongType,
                 format!(

@@ -88,28 +88,157 @@ async fn script_flush_is_survived() {
     assert_eq!(got, ["a", "b"]);
 }
 
+/// Everything stored under a topic's slot keys, for before/after comparisons.
+async fn snapshot(backend: &Backend, keys: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for k in keys {
+        let t = match raw(backend, &["TYPE", k]).await {
+            redis::Value::SimpleString(t) => t,
+            v => format!("{v:?}"),
+        };
+        let content = match t.as_str() {
+            "zset" => raw(backend, &["ZRANGE", k, "0", "-1", "WITHSCORES"]).await,
+            "hash" => raw(backend, &["HGETALL", k]).await,
+            "string" => raw(backend, &["GET", k]).await,
+            _ => redis::Value::Nil,
+        };
+        let mut text = format!("{content:?}");
+        if t == "hash" {
+            // HGETALL's order is not stable across rehashing: sort the pairs.
+            let mut pairs: Vec<String> = match content {
+                redis::Value::Array(items) => items.chunks(2).map(|p| format!("{:?}", p)).collect(),
+                redis::Value::Map(m) => m.iter().map(|p| format!("{p:?}")).collect(),
+                v => vec![format!("{v:?}")],
+            };
+            pairs.sort();
+            text = pairs.join(",");
+        }
+        out.push(format!("{k} {t} {text}"));
+    }
+    out
+}
+
+/// What a case does once the foreign key is planted.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    SendNew,
+    SendMerge,
+    SendBehindInFlight,
+    Take,
+    TakeAfterLeaseExpired,
+    Ack,
+    Nack,
+    Dead,
+    Extend,
+    Release,
+}
+
+/// A foreign value at any of the ten slot keys, against every kind of call:
+/// a call either refuses with `WrongType` and changes nothing at all, or (when
+/// it does not touch that key) works and leaves the foreign value alone.
 #[tokio::test]
-async fn a_foreign_key_at_a_queue_key_refuses_the_call_and_loses_nothing() {
-    let (server, _c, topic) = setup(TopicKind::Priority, 1).await;
-    topic.send(Message::new("keep")).await.unwrap();
-    // Plant a string where the dead-letter hash lives, then try every script.
-    let dead_letters = &topic.keys_of_slot(0)[7];
-    assert!(dead_letters.ends_with(":X"));
-    raw(&server, &["SET", dead_letters, "oops"]).await;
-    let e = topic.send(Message::new("new")).await.unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::WrongType, "{e}");
-    let (mut s, stop) = stream(&topic, 1);
-    assert!(next(&mut s, 1).await.is_none(), "pop refuses too");
-    stop.cancel();
-    drop(s);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    raw(&server, &["DEL", dead_letters]).await;
-    let st = topic.stats().await.unwrap().total;
-    assert_eq!(
-        (st.pending, st.in_flight, st.sent),
-        (1, 0, 1),
-        "nothing half-applied"
-    );
+async fn a_foreign_key_at_any_queue_key_is_refused_before_any_write_or_left_alone() {
+    let backend = Backend::start();
+    let client = backend.connect().await;
+    let steps = [
+        Step::SendNew,
+        Step::SendMerge,
+        Step::SendBehindInFlight,
+        Step::Take,
+        Step::TakeAfterLeaseExpired,
+        Step::Ack,
+        Step::Nack,
+        Step::Dead,
+        Step::Extend,
+        Step::Release,
+    ];
+    let mut case = 0;
+    let mut refused = 0;
+    for planted in 0..10usize {
+        for step in steps {
+            case += 1;
+            let topic = client
+                .define_topic(
+                    TopicSpec::new(format!("c{case}"), TopicKind::Priority)
+                        .slots(1)
+                        .lease(Duration::from_millis(150)),
+                )
+                .await
+                .unwrap();
+            topic.send(Message::new("f1").key("flying")).await.unwrap();
+            topic.send(Message::new("p1").key("pending")).await.unwrap();
+            // Same priority, first in first out: "flying" is taken.
+            let mut taken = topic.take(1).await.unwrap();
+            assert_eq!(taken.len(), 1);
+            let d = taken.pop().unwrap();
+            assert_eq!(d.key, b"flying");
+            if matches!(step, Step::TakeAfterLeaseExpired) {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            let keys = topic.keys_of_slot(0);
+            let foreign = &keys[planted];
+            raw(&backend, &["DEL", foreign]).await;
+            raw(&backend, &["SET", foreign, "oops"]).await;
+            let before = snapshot(&backend, &keys).await;
+            let result: rmq::Result<()> = match step {
+                Step::SendNew => topic.send(Message::new("n")).await.map(|_| ()),
+                Step::SendMerge => topic
+                    .send(Message::new("p2").key("pending"))
+                    .await
+                    .map(|_| ()),
+                Step::SendBehindInFlight => topic
+                    .send(Message::new("f2").key("flying"))
+                    .await
+                    .map(|_| ()),
+                Step::Take | Step::TakeAfterLeaseExpired => match topic.take(5).await {
+                    Ok(ds) => {
+                        ds.into_iter().for_each(std::mem::forget);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                },
+                Step::Ack => d.ack().await,
+                Step::Nack => d.nack(Some(Duration::ZERO), "x").await.map(|_| ()),
+                Step::Dead => d.dead("x").await,
+                Step::Extend => {
+                    let r = d.extend(Duration::from_secs(5)).await;
+                    std::mem::forget(d);
+                    r
+                }
+                Step::Release => d.release().await,
+            };
+            let after = snapshot(&backend, &keys).await;
+            match result {
+                Err(e) => {
+                    assert_eq!(
+                        e.kind(),
+                        ErrorKind::WrongType,
+                        "{step:?} with {foreign}: {e}"
+                    );
+                    assert_eq!(
+                        before, after,
+                        "{step:?} with {foreign}: refused, yet changed"
+                    );
+                    refused += 1;
+                }
+                Ok(()) => {
+                    let still = raw(&backend, &["GET", foreign]).await;
+                    assert_eq!(
+                        still,
+                        redis::Value::BulkString(b"oops".to_vec()),
+                        "{step:?} with {foreign}: worked and touched the foreign key"
+                    );
+                    assert_ne!(
+                        before, after,
+                        "{step:?} with {foreign}: worked, yet changed nothing"
+                    );
+                }
+            }
+            raw(&backend, &["DEL", foreign]).await;
+        }
+    }
+    // Every key is written by some call: each must have refused somewhere.
+    assert!(refused >= 10, "only {refused} refusals");
 }
 
 #[tokio::test]

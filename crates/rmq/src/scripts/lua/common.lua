@@ -26,7 +26,11 @@
 -- A dead-letter record is "<attempts>,<score>,<dead_ms>,<deaths>,<errlen>|<error><payload>".
 --
 -- Scripts check every precondition (key types, arguments) before their
--- first write, because a Lua error does not roll back earlier writes.
+-- first write, because a Lua error does not roll back earlier writes. A key
+-- counts as checked once a typed read of it succeeded (a read of a foreign
+-- type raises WRONGTYPE before anything was written); the hot paths read most
+-- of their keys anyway and check only the rest (check_keys), other paths check
+-- all ten (check_types).
 
 local TWO32 = 4294967296
 -- Largest due time or delay end accepted (ms): scores stay exact doubles and
@@ -58,12 +62,33 @@ local EXPECTED_TYPES = {
   { KEYS[9], 'hash' }, { KEYS[10], 'hash' },
 }
 
+local function check_one(key, expected)
+  local t = redis.call('TYPE', key)['ok']
+  if t ~= 'none' and t ~= expected then
+    return redis.error_reply('RMQ_WRONGTYPE ' .. key .. ' holds a ' .. t .. ', expected a ' .. expected)
+  end
+  return nil
+end
+
 -- Refuses to run (before any write) when a queue key holds a foreign type.
 local function check_types()
   for _, e in ipairs(EXPECTED_TYPES) do
-    local t = redis.call('TYPE', e[1])['ok']
-    if t ~= 'none' and t ~= e[2] then
-      return redis.error_reply('RMQ_WRONGTYPE ' .. e[1] .. ' holds a ' .. t .. ', expected a ' .. e[2])
+    local bad = check_one(e[1], e[2])
+    if bad then
+      return bad
+    end
+  end
+  return nil
+end
+
+local TYPE_OF = { q = 'zset', d = 'hash', f = 'zset', n = 'hash', m = 'hash', r = 'zset', x = 'zset', X = 'hash', a = 'hash', l = 'hash' }
+
+-- The same for some keys, by name ('d', 'm', ...).
+local function check_keys(...)
+  for _, name in ipairs({ ... }) do
+    local bad = check_one(K[name], TYPE_OF[name])
+    if bad then
+      return bad
     end
   end
   return nil

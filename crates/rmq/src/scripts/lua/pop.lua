@@ -36,10 +36,6 @@ local channel = ARGV[8]
 local slot = ARGV[9]
 local now = now_ms()
 
-local bad = check_types()
-if bad then
-  return bad
-end
 local owner, epoch = ARGV[11] or '', ARGV[12] or ''
 local fence_ok, leased = lease_check(owner, epoch, now)
 if not fence_ok then
@@ -56,6 +52,23 @@ local hm, hs = head(kind)
 
 -- 1. Roll back expired leases, oldest first.
 local expired = redis.call('ZRANGEBYSCORE', K.f, '-inf', now, 'LIMIT', 0, 100)
+local ready = {}
+if kind == 'p' then
+  ready = redis.call('ZRANGEBYSCORE', K.r, '-inf', now, 'LIMIT', 0, 1000)
+end
+local has_meta = redis.call('HLEN', K.a) > 0
+-- l, q, f, r and a were read above and nothing is written before this
+-- check: taking writes q, f, a, m and reads d; rolling back and retrying
+-- touch every key.
+local bad
+if #expired > 0 or #ready > 0 then
+  bad = check_types()
+else
+  bad = check_keys('d', 'm')
+end
+if bad then
+  return bad
+end
 for i, id in ipairs(expired) do
   fail(kind, id, 'lease expired', -1, now, cfg, c, (jitter + i * 0.6180339887) % 1)
 end
@@ -71,7 +84,6 @@ end
 
 -- 2. Priority retries whose backoff is over go back with their old score.
 if kind == 'p' then
-  local ready = redis.call('ZRANGEBYSCORE', K.r, '-inf', now, 'LIMIT', 0, 1000)
   if #ready > 0 then
     local metas = redis.call('HMGET', K.a, unpack(ready))
     local zargs = {}
@@ -87,6 +99,10 @@ if kind == 'p' then
       redis.call('ZADD', K.q, unpack(zargs))
     end
   end
+end
+
+if #expired > 0 or #ready > 0 then
+  has_meta = redis.call('HLEN', K.a) > 0 -- rolled-back messages wrote theirs
 end
 
 -- 3. Take up to count due messages.
@@ -113,7 +129,7 @@ if got > 0 then
   local payloads = redis.call('HMGET', K.d, unpack(keys))
   -- Attempts of redelivered messages; their meta moves into the delivery id.
   local metas = {}
-  if redis.call('HLEN', K.a) > 0 then
+  if has_meta then
     metas = redis.call('HMGET', K.a, unpack(keys))
     local had = {}
     for i, key in ipairs(keys) do

@@ -22,11 +22,6 @@ local channel = ARGV[4]
 local slot = ARGV[5]
 local now = now_ms()
 
-local bad = check_types()
-if bad then
-  return bad
-end
-
 -- Validate everything first.
 local n = math.floor((#ARGV - 5) / 3)
 local specs = {}
@@ -134,6 +129,26 @@ if #ukeys > 0 then
       end
     end
   end
+end
+
+-- q was read above (and r and f where they matter); nothing is written yet.
+-- New keys and merges into pending messages write q, d and m; a key in
+-- flight or waiting for a retry also touches n or a: then check every key.
+local any_special = false
+for _, key in ipairs(ukeys) do
+  local w = state[key].where
+  if w == 'f' or w == 'r' then
+    any_special = true
+  end
+end
+local bad
+if any_special then
+  bad = check_types()
+else
+  bad = check_keys('d', 'm')
+end
+if bad then
+  return bad
 end
 
 local zadd, dset, nset = {}, {}, {}

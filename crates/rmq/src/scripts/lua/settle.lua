@@ -36,11 +36,6 @@ local slot = ARGV[7]
 local ops = ARGV[11] or ''
 local now = now_ms()
 
-local bad = check_types()
-if bad then
-  return bad
-end
-
 -- Decode the operations and check their arguments before any write.
 local n = #ops
 local op_of, id_of, num_of, err_of = {}, {}, {}, {}
@@ -82,6 +77,31 @@ for i = 1, n do
   seen[id_of[i]] = (seen[id_of[i]] or 0) + 1
   codes[i + 1] = -1
 end
+-- Only acks of distinct ids (the common case): l and q were read above, n is
+-- read here and f before the first write; the acks write f, d and m, and a
+-- duplicate parked behind an acked message also writes n, a and q. Anything
+-- else checks every key.
+local only_fast_acks = true
+for i = 1, n do
+  if op_of[i] ~= 'a' or seen[id_of[i]] ~= 1 then
+    only_fast_acks = false
+  end
+end
+local any_parked = false
+local bad
+if only_fast_acks then
+  any_parked = redis.call('HLEN', K.n) > 0
+  if any_parked then
+    bad = check_keys('d', 'm', 'a')
+  else
+    bad = check_keys('d', 'm')
+  end
+else
+  bad = check_types()
+end
+if bad then
+  return bad
+end
 
 -- Ends a current delivery of key: a duplicate parked behind it moves in.
 local function release_parked_of(key)
@@ -119,7 +139,7 @@ if #fast > 0 then
     redis.call('ZREM', K.f, unpack(ok))
     redis.call('HDEL', K.d, unpack(okeys))
     c.acked = c.acked + #ok
-    if redis.call('HLEN', K.n) > 0 then
+    if any_parked or (not only_fast_acks and redis.call('HLEN', K.n) > 0) then
       local parked = redis.call('HMGET', K.n, unpack(okeys))
       for j, key in ipairs(okeys) do
         if parked[j] then
