@@ -56,42 +56,33 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local EXPECTED_TYPES = {
-  { KEYS[1], 'zset' }, { KEYS[2], 'hash' }, { KEYS[3], 'zset' }, { KEYS[4], 'hash' },
-  { KEYS[5], 'hash' }, { KEYS[6], 'zset' }, { KEYS[7], 'zset' }, { KEYS[8], 'hash' },
-  { KEYS[9], 'hash' }, { KEYS[10], 'hash' },
-}
-
-local function check_one(key, expected)
-  local t = redis.call('TYPE', key)['ok']
-  if t ~= 'none' and t ~= expected then
-    return redis.error_reply('RMQ_WRONGTYPE ' .. key .. ' holds a ' .. t .. ', expected a ' .. expected)
-  end
-  return nil
-end
-
--- Refuses to run (before any write) when a queue key holds a foreign type.
-local function check_types()
-  for _, e in ipairs(EXPECTED_TYPES) do
-    local bad = check_one(e[1], e[2])
-    if bad then
-      return bad
-    end
-  end
-  return nil
-end
-
 local TYPE_OF = { q = 'zset', d = 'hash', f = 'zset', n = 'hash', m = 'hash', r = 'zset', x = 'zset', X = 'hash', a = 'hash', l = 'hash' }
 
--- The same for some keys, by name ('d', 'm', ...).
+-- Refuses to run (before any write) when one of the named queue keys
+-- ('d', 'm', ...) holds a foreign type.
 local function check_keys(...)
   for _, name in ipairs({ ... }) do
-    local bad = check_one(K[name], TYPE_OF[name])
-    if bad then
-      return bad
+    local key, expected = K[name], TYPE_OF[name]
+    local t = redis.call('TYPE', key)['ok']
+    if t ~= 'none' and t ~= expected then
+      return redis.error_reply('RMQ_WRONGTYPE ' .. key .. ' holds a ' .. t .. ', expected a ' .. expected)
     end
   end
   return nil
+end
+
+-- The same for all ten keys.
+local function check_types()
+  return check_keys('q', 'd', 'f', 'n', 'm', 'r', 'x', 'X', 'a', 'l')
+end
+
+-- All ten keys when `all`, else only the named ones (those the caller's
+-- path writes without having read them first).
+local function check_all_or(all, ...)
+  if all then
+    return check_types()
+  end
+  return check_keys(...)
 end
 
 local function meta_make(attempts, score)

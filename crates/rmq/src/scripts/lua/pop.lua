@@ -60,12 +60,7 @@ local has_meta = redis.call('HLEN', K.a) > 0
 -- l, q, f, r and a were read above and nothing is written before this
 -- check: taking writes q, f, a, m and reads d; rolling back and retrying
 -- touch every key.
-local bad
-if #expired > 0 or #ready > 0 then
-  bad = check_types()
-else
-  bad = check_keys('d', 'm')
-end
+local bad = check_all_or(#expired > 0 or #ready > 0, 'd', 'm')
 if bad then
   return bad
 end

@@ -141,12 +141,7 @@ for _, key in ipairs(ukeys) do
     any_special = true
   end
 end
-local bad
-if any_special then
-  bad = check_types()
-else
-  bad = check_keys('d', 'm')
-end
+local bad = check_all_or(any_special, 'd', 'm')
 if bad then
   return bad
 end
