@@ -54,7 +54,9 @@ impl Group {
         std::fs::write(
             &handler,
             "log=\"$1\"\n\
-             echo \"S $RMQ_SLOT $RMQ_FENCE $(cat) $(date +%s%N)\" >> \"$log\"\n\
+             p=$(cat)\n\
+             [ -n \"$p\" ] || p=-\n\
+             echo \"S $RMQ_SLOT $RMQ_FENCE $p $(date +%s%N)\" >> \"$log\"\n\
              r=$(od -An -N1 -tu1 /dev/urandom)\n\
              sleep 0.0$(( r % 3 + 1 ))\n\
              echo \"E $RMQ_SLOT $RMQ_FENCE x $(date +%s%N)\" >> \"$log\"\n",
@@ -146,7 +148,12 @@ impl Group {
                 assert!(w[0].2 <= w[1].2, "slot {slot}: fencing token went down");
             }
             for (_, _, _, p) in rs {
-                let (e, seq) = p.split_once('#').unwrap();
+                // "-": the consumer died before it wrote the payload (the
+                // handler ran on without it); that message is delivered again.
+                let Some((e, seq)) = p.split_once('#') else {
+                    assert_eq!(p, "-", "bad payload {p:?}");
+                    continue;
+                };
                 seen.entry(e.to_string())
                     .or_default()
                     .push(seq.parse().unwrap());
