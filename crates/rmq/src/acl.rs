@@ -78,8 +78,8 @@ pub fn commands() -> Vec<&'static str> {
     all
 }
 
-/// The commands of the locked-down mode ([`ClientOptions::functions`]
-/// (crate::ClientOptions::functions)): `FCALL` of the admin-loaded library
+/// The commands of the locked-down mode
+/// ([`ClientOptions::functions`](crate::ClientOptions::functions)): `FCALL` of the admin-loaded library
 /// (and `FUNCTION LIST` to check it is there) instead of `EVALSHA` and
 /// `SCRIPT LOAD`: the user cannot run Lua of its own.
 pub fn locked_down_commands() -> Vec<&'static str> {
