@@ -607,6 +607,65 @@ fn demo_runs_on_its_own_server() {
         "{r:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(15));
+
+    // The retry step announces each wait ("25-50 ms before attempt 2, ...")
+    // and prints every gap next to its wait: the announced waits are the
+    // scripts' rule (half to all of 50 ms doubling up to 200 ms), and no
+    // gap is shorter than its wait. A gap may exceed the wait by the time
+    // to record the failure and pick the retry up: a few ms, allowed up to
+    // 300 ms here for a loaded CI machine.
+    let range = |s: &str| -> (i64, i64) {
+        let (lo, hi) = s.trim_end_matches(" ms").split_once('-').expect("A-B ms");
+        (lo.parse().expect("lo"), hi.parse().expect("hi"))
+    };
+    let announced: Vec<(u32, (i64, i64))> = r
+        .stdout
+        .lines()
+        .find(|l| l.contains(" before attempt 2"))
+        .unwrap_or_else(|| panic!("no announced waits: {r:?}"))
+        .split(" (plus")
+        .next()
+        .unwrap_or_default()
+        .split(", ")
+        .map(|part| {
+            let (waits, attempt) = part.trim().split_once(" before attempt ").expect("wait");
+            (attempt.parse().expect("attempt"), range(waits))
+        })
+        .collect();
+    assert_eq!(announced, [(2, (25, 50)), (3, (50, 100))], "{r:?}");
+    let mut gaps = 0;
+    for line in r
+        .stdout
+        .lines()
+        .filter(|l| l.contains(" ms after attempt "))
+    {
+        let attempt: u32 = line
+            .trim()
+            .strip_prefix("attempt ")
+            .and_then(|l| l.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("attempt number in {line:?}"));
+        let (before, after) = line.split_once(" ms after attempt ").expect("gap");
+        let gap: i64 = before
+            .rsplit(' ')
+            .next()
+            .unwrap_or_default()
+            .parse()
+            .expect("gap");
+        let wait = after
+            .split_once("(wait: ")
+            .and_then(|(_, w)| w.split_once(')'))
+            .map(|(w, _)| range(w))
+            .unwrap_or_else(|| panic!("no wait in {line:?}"));
+        let promised = announced
+            .iter()
+            .find(|(a, _)| *a == attempt)
+            .map(|(_, w)| *w);
+        assert_eq!(promised, Some(wait), "{line}");
+        assert!(wait.0 <= gap && gap <= wait.1 + 300, "{line}");
+        gaps += 1;
+    }
+    assert_eq!(gaps, 2, "{r:?}");
 }
 
 #[test]

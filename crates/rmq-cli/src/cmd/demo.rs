@@ -8,9 +8,12 @@
 //! prefix's keys at the end, so it never touches the user's queues.
 //!
 //! Each step checks what it shows (merged count, priority order, never
-//! early, dead letter after the last attempt) and fails the command if the
-//! library did not behave as promised: a demo that silently showed wrong
-//! output would be worse than none.
+//! early, no retry before its shortest wait, dead letter after the last
+//! attempt) and fails the command if the library did not behave as
+//! promised: a demo that silently showed wrong output would be worse than
+//! none. The retry step prints the waits the backoff draws from (the jitter
+//! makes each one random) next to each measured gap, so that what it says
+//! and what it shows cannot disagree.
 
 use std::time::Duration;
 
@@ -388,28 +391,69 @@ async fn fixed_time(client: &Client) -> CliResult {
     Ok(())
 }
 
+/// The wait before the retry that follows failed attempt `failed` (1 for
+/// the first delivery), as the scripts compute it (`backoff` in
+/// `common.lua`): exponential with equal jitter, i.e. a random time between
+/// half and all of `base_ms × 2^(failed-1)`, that doubling capped at `max_ms`.
+/// Returns the (shortest, longest) wait in ms.
+fn retry_wait_ms(base_ms: u64, max_ms: u64, failed: u32) -> (u64, u64) {
+    let doublings = failed.saturating_sub(1).min(63);
+    let full = base_ms.saturating_mul(1u64 << doublings).min(max_ms);
+    (full / 2, full)
+}
+
 async fn retries(client: &Client) -> CliResult {
     say("\n4. retries: a failing handler is retried with backoff, then dead-lettered")?;
+    const MAX_ATTEMPTS: u32 = 3;
     let topic = client
         .define_topic(
             TopicSpec::new("payments", TopicKind::Priority)
                 .slots(4)
-                .max_attempts(3)
+                .max_attempts(MAX_ATTEMPTS)
                 .backoff(Duration::from_millis(50), Duration::from_millis(200)),
         )
         .await?;
     topic
         .send(Message::new("charge order 7").key("order-7"))
         .await?;
-    say("   topic \"payments\": max attempts 3, backoff 50 ms doubling up to 200 ms")?;
+    let (base, max) = (topic.spec().backoff_ms, topic.spec().backoff_max_ms);
+    let wait = |failed: u32| retry_wait_ms(base, max, failed);
+    say(&format!(
+        "   topic \"payments\": max attempts {MAX_ATTEMPTS}, backoff {base} ms doubling up to \
+         {max} ms, with jitter:\n   each retry waits a random time between half and all of \
+         its backoff, so"
+    ))?;
+    say(&format!(
+        "   {} (plus a few ms to record the failure and pick the retry up)",
+        (1..MAX_ATTEMPTS)
+            .map(|n| {
+                let (lo, hi) = wait(n);
+                format!("{lo}-{hi} ms before attempt {}", n + 1)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))?;
     let mut consumer = Consumer::new(&topic);
     let mut last_ms: Option<i64> = None;
     loop {
         let d = consumer.next().await?;
         let attempt = d.attempt;
-        let gap = last_ms
-            .map(|l| format!(", {} ms after the previous one", d.taken_ms - l))
-            .unwrap_or_default();
+        let mut gap = String::new();
+        if let Some(previous) = last_ms {
+            let (lo, hi) = wait(attempt.saturating_sub(1));
+            let after = d.taken_ms - previous;
+            gap = format!(
+                ", {after} ms after attempt {} (wait: {lo}-{hi} ms)",
+                attempt.saturating_sub(1)
+            );
+            if after < i64::try_from(lo).unwrap_or(i64::MAX) {
+                consumer.stop().await?;
+                return Err(unexpected(format!(
+                    "attempt {attempt} came {after} ms after the previous one, before its \
+                     shortest wait of {lo} ms"
+                )));
+            }
+        }
         last_ms = Some(d.taken_ms);
         let error = format!("payment gateway timed out (simulated, attempt {attempt})");
         say(&format!(
@@ -423,10 +467,10 @@ async fn retries(client: &Client) -> CliResult {
                 ))?;
                 break;
             }
-            _ if attempt >= 3 => {
+            _ if attempt >= MAX_ATTEMPTS => {
                 consumer.stop().await?;
                 return Err(unexpected(format!(
-                    "still retried after attempt {attempt} of 3"
+                    "still retried after attempt {attempt} of {MAX_ATTEMPTS}"
                 )));
             }
             _ => {}
@@ -445,4 +489,19 @@ async fn retries(client: &Client) -> CliResult {
         letter.error
     ))?;
     say("   (`rmq dead requeue payments --key order-7` would give it a fresh start)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retry_wait_ms;
+
+    #[test]
+    fn retry_waits_are_half_to_all_of_a_capped_doubling() {
+        assert_eq!(retry_wait_ms(50, 200, 1), (25, 50));
+        assert_eq!(retry_wait_ms(50, 200, 2), (50, 100));
+        assert_eq!(retry_wait_ms(50, 200, 3), (100, 200));
+        assert_eq!(retry_wait_ms(50, 200, 4), (100, 200));
+        assert_eq!(retry_wait_ms(1_000, 600_000, 200), (300_000, 600_000));
+        assert_eq!(retry_wait_ms(25, 100, 1), (12, 25));
+    }
 }
