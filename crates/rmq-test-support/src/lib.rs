@@ -28,12 +28,14 @@ mod cluster;
 mod launch;
 mod port;
 mod probe;
+mod proxy;
 mod server;
 mod signal;
 
 pub use builder::RedisServerBuilder;
 pub use cluster::{RedisCluster, RedisClusterBuilder};
 pub use port::free_port;
+pub use proxy::Proxy;
 pub use server::RedisServer;
 
 #[cfg(test)]
