@@ -15,6 +15,7 @@
 mod cmd;
 mod connect;
 mod output;
+mod reaper;
 
 use std::process::ExitCode;
 
@@ -98,6 +99,9 @@ pub enum Command {
     /// Locked-down mode: load or show rmq's Redis Function library
     #[command(subcommand)]
     Functions(cmd::functions::FunctionsCmd),
+    /// Internal: kills `rmq consume --exec` handlers when their consumer dies
+    #[command(hide = true, name = "reap-handlers")]
+    ReapHandlers,
 }
 
 /// An error that ends the process: one line on stderr and an exit code.
@@ -186,6 +190,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Demo(a) => cmd::demo::run(&g, a).await,
         Command::Acl(a) => cmd::acl::run(&g, a),
         Command::Functions(c) => cmd::functions::run(&g, c).await,
+        Command::ReapHandlers => reaper::run().await,
     }
 }
 

@@ -97,7 +97,7 @@ mod value;
 
 pub use admin::{DeadLetter, DeadSelection, Pending, Stats, TopicStats};
 pub use client::{redact, Client, ClientOptions, Password, ServerWarning, TlsOptions};
-pub use consumer::{ConsumerBuilder, Deliveries, Delivery, Outcome, RunReport, Settled};
+pub use consumer::{ConsumerBuilder, Deliveries, Delivery, LeaseLost, Outcome, RunReport, Settled};
 pub use error::{Error, ErrorKind, Result};
 pub use group::{Coordinator, LeaseReply};
 pub use message::{Message, Received, Sent, MAX_TIME_MS};

@@ -11,11 +11,16 @@
 //! terminal reaches only `rmq`, which then kills each child's whole group
 //! (the shell and whatever it started) and releases its message. Without
 //! the group, the shell's children could survive and keep stderr open.
+//! However `rmq` itself dies, its handlers die with it (`reaper.rs`).
+//!
+//! A handler's lease is extended beside it, never in its way: a lost slot
+//! lease (serial mode) or a signal stops the handler at once, even while an
+//! extension waits for an unreachable Redis (`Delivery::while_held`).
 //!
 //! Stopping: `--max N` after N deliveries were ended, `--idle-exit MS` after
-//! MS with nothing to do, or SIGINT/SIGTERM. In every case the consumer
-//! stops taking messages, finishes (or, on a signal, kills and releases)
-//! what runs, releases anything taken but not started, and exits 0.
+//! MS with nothing to do, or SIGINT/SIGTERM/SIGHUP. In every case the
+//! consumer stops taking messages, finishes (or, on a signal, kills and
+//! releases) what runs, releases anything taken but not started, and exits 0.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -26,7 +31,7 @@ use std::time::Duration;
 
 use clap::Args;
 use futures::StreamExt;
-use rmq::{CancellationToken, Delivery, ErrorKind, Settled};
+use rmq::{CancellationToken, Delivery, LeaseLost, Settled};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::signal::unix::{signal, SignalKind};
@@ -34,6 +39,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::output::{self, Out};
+use crate::reaper::{self, Reaper};
 use crate::{connect, CliError, CliResult, Global};
 
 /// How long to wait for a finished child's stderr to close (a background
@@ -82,6 +88,8 @@ struct Ctx {
     topic: String,
     lease: Duration,
     exec: Option<String>,
+    /// Kills the handlers' process groups if this process dies (`--exec`).
+    reaper: Option<Reaper>,
     fail: bool,
     /// Fires on a signal: kill running children and release their messages.
     kill: CancellationToken,
@@ -157,6 +165,9 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
         .map_err(|e| CliError::runtime(format!("cannot listen for SIGINT: {e}")))?;
     let mut sigterm = signal(SignalKind::terminate())
         .map_err(|e| CliError::runtime(format!("cannot listen for SIGTERM: {e}")))?;
+    // A closed terminal or SSH session: stop like on SIGTERM.
+    let mut sighup = signal(SignalKind::hangup())
+        .map_err(|e| CliError::runtime(format!("cannot listen for SIGHUP: {e}")))?;
 
     let cancel = CancellationToken::new();
     let ctx = Arc::new(Ctx {
@@ -164,6 +175,7 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
         topic: topic.name().to_string(),
         lease: Duration::from_millis(topic.spec().lease_ms),
         exec: a.exec.clone(),
+        reaper: a.exec.as_ref().map(|_| Reaper::start()),
         fail: a.fail,
         kill: CancellationToken::new(),
         stop: cancel.clone(),
@@ -214,6 +226,7 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
             }
             _ = sigint.recv() => stop_now(&cancel, &ctx.kill),
             _ = sigterm.recv() => stop_now(&cancel, &ctx.kill),
+            _ = sighup.recv() => stop_now(&cancel, &ctx.kill),
         }
     }
     // Taking has stopped and everything taken has been handed out: wait for
@@ -223,6 +236,7 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
             Some(r) = tasks.join_next() => report.count(r),
             _ = sigint.recv() => stop_now(&cancel, &ctx.kill),
             _ = sigterm.recv() => stop_now(&cancel, &ctx.kill),
+            _ = sighup.recv() => stop_now(&cancel, &ctx.kill),
         }
     }
     // Serial mode: release the slot leases so other members take over at once.
@@ -363,7 +377,7 @@ fn env_value(b: &[u8]) -> OsString {
 
 async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
     let m = d.message().clone();
-    let mut command = tokio::process::Command::new("sh");
+    let mut command = reaper::shell();
     command
         .arg("-c")
         .arg(cmd)
@@ -400,6 +414,9 @@ async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
         }
     };
     let pid = child.id();
+    if let (Some(r), Some(pid)) = (&ctx.reaper, pid) {
+        r.watch(pid).await;
+    }
     if let Some(mut stdin) = child.stdin.take() {
         let payload = m.payload.clone();
         tokio::spawn(async move {
@@ -409,44 +426,24 @@ async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
     }
     let stderr_task = child.stderr.take().map(|s| tokio::spawn(forward_stderr(s)));
 
-    let period = (ctx.lease / 3).max(Duration::from_millis(1));
-    let mut tick = tokio::time::interval_at(Instant::now() + period, period);
-    let mut lease_lost = false;
-    let status = loop {
-        tokio::select! {
-            s = child.wait() => break s,
-            _ = tick.tick() => {
-                if let Err(e) = d.extend(ctx.lease).await {
-                    if !lease_lost {
-                        output::warn_line(&format!("could not extend the lease of {:?}: {e}", output::lossy(&m.key)));
-                    }
-                    lease_lost = lease_lost || e.kind() == ErrorKind::StaleDelivery;
-                }
-            }
-            () = d.lease_lost() => {
+    let status = tokio::select! {
+        r = d.while_held(child.wait(), ctx.lease, true) => match r {
+            Ok(status) => status,
+            Err(LeaseLost) => {
                 // Serial mode: another member owns the slot now; stop at once.
-                kill_group(pid).await;
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                if let Some(t) = stderr_task {
-                    t.abort();
-                }
+                stop_child(ctx, &mut child, pid, stderr_task).await;
                 output::warn_line(&format!("slot {} lease lost: handler stopped", m.slot));
                 return Ended::Failed;
             }
-            () = ctx.kill.cancelled() => {
-                kill_group(pid).await;
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                if let Some(t) = stderr_task {
-                    t.abort();
-                }
-                let ended = release(d).await;
-                report_outcome(ctx, &m, &ended, None);
-                return ended;
-            }
+        },
+        () = ctx.kill.cancelled() => {
+            stop_child(ctx, &mut child, pid, stderr_task).await;
+            let ended = release(d).await;
+            report_outcome(ctx, &m, &ended, None);
+            return ended;
         }
     };
+    forget(ctx, pid).await;
     let first_line = match stderr_task {
         Some(t) => match tokio::time::timeout(STDERR_LINGER, t).await {
             Ok(Ok(line)) => line,
@@ -507,19 +504,29 @@ async fn forward_stderr(s: tokio::process::ChildStderr) -> Option<String> {
     }
 }
 
-/// Kills a child's whole process group (the shell and what it started).
-async fn kill_group(pid: Option<u32>) {
-    let Some(pid) = pid else { return };
-    let r = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("kill -9 -{pid}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .await;
-    if let Err(e) = r {
-        tracing::warn!("cannot kill process group {pid}: {e}");
+/// Kills a running handler's whole process group (the shell and what it
+/// started) and reaps it.
+async fn stop_child(
+    ctx: &Ctx,
+    child: &mut tokio::process::Child,
+    pid: Option<u32>,
+    stderr_task: Option<tokio::task::JoinHandle<Option<String>>>,
+) {
+    if let Some(pid) = pid {
+        reaper::kill_group(pid).await;
+    }
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    if let Some(t) = stderr_task {
+        t.abort();
+    }
+    forget(ctx, pid).await;
+}
+
+/// The handler was reaped: its group need not be killed any more.
+async fn forget(ctx: &Ctx, pid: Option<u32>) {
+    if let (Some(r), Some(pid)) = (&ctx.reaper, pid) {
+        r.forget(pid).await;
     }
 }
 

@@ -7,10 +7,11 @@
 //! failed attempt and is retried after the backoff), so a handler that
 //! panics cannot lose its message nor loop on it forever.
 
+use std::future::Future;
 use std::ops::Deref;
-use std::time::Duration;
-
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
@@ -62,6 +63,19 @@ impl Drop for Claim {
         self.shared.notify.notify_one();
     }
 }
+
+/// Serial mode: the slot's lease was lost while a handler ran (see
+/// [`Delivery::while_held`]); the message goes to the slot's new owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseLost;
+
+impl std::fmt::Display for LeaseLost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the slot's lease was lost: another member owns it now")
+    }
+}
+
+impl std::error::Error for LeaseLost {}
 
 /// A message taken from a topic, in flight until it is ended.
 pub struct Delivery {
@@ -127,6 +141,47 @@ impl Delivery {
         match &self.claim {
             Some(c) => c.lost.cancelled().await,
             None => std::future::pending().await,
+        }
+    }
+
+    /// Runs `work` while this delivery is held: with `extend`, the lease is
+    /// extended to `lease` from now every third of `lease`, *beside* the
+    /// work, so that a slow or unreachable Redis never delays noticing a
+    /// lost slot lease; in serial mode, the moment the slot's lease is lost
+    /// `work` is dropped and [`LeaseLost`] returned (its ack would be
+    /// refused, and another member may already be handling the message).
+    /// A failed extension is logged; the lease then runs out as usual.
+    pub async fn while_held<F: Future>(
+        &self,
+        work: F,
+        lease: Duration,
+        extend: bool,
+    ) -> std::result::Result<F::Output, LeaseLost> {
+        tokio::pin!(work);
+        let period = (lease / 3).max(Duration::from_millis(1));
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut extending: Option<Pin<Box<dyn Future<Output = Result<()>> + Send + '_>>> = None;
+        loop {
+            tokio::select! {
+                biased;
+                () = self.lease_lost() => return Err(LeaseLost),
+                out = &mut work => return Ok(out),
+                _ = tick.tick(), if extend && extending.is_none() => {
+                    extending = Some(Box::pin(self.extend(lease)));
+                }
+                r = async {
+                    match extending.as_mut() {
+                        Some(f) => f.await,
+                        None => std::future::pending().await,
+                    }
+                }, if extending.is_some() => {
+                    extending = None;
+                    if let Err(e) = r {
+                        tracing::warn!(topic = %self.msg.topic, slot = self.msg.slot, "could not extend a lease: {e}");
+                    }
+                }
+            }
         }
     }
 

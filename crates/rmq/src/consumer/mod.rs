@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-pub use delivery::Delivery;
+pub use delivery::{Delivery, LeaseLost};
 pub use settler::Settled;
 
 use crate::error::Result;
@@ -413,54 +413,23 @@ where
     H: Fn(Received) -> F + Send + Sync + 'static,
     F: Future<Output = Outcome> + Send + 'static,
 {
-    let fut = handler(d.message().clone());
-    tokio::pin!(fut);
-    let period = (lease / 3).max(Duration::from_millis(1));
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    enum Stop {
-        Hard,
-        Lost,
-    }
-    // Extensions run alongside the handler, so that a slow Redis never
-    // keeps the handler, a shutdown or a lost lease from being noticed.
-    let mut extending: Option<Pin<Box<dyn Future<Output = Result<()>> + Send + '_>>> = None;
-    let ended = loop {
-        tokio::select! {
-            o = &mut fut => break Ok(o),
-            _ = tick.tick(), if auto_extend && extending.is_none() => {
-                extending = Some(Box::pin(d.extend(lease)));
+    let work = handler(d.message().clone());
+    let outcome = tokio::select! {
+        r = d.while_held(work, lease, auto_extend) => match r {
+            Ok(o) => o,
+            Err(LeaseLost) => {
+                tracing::warn!(
+                    slot = d.slot,
+                    "slot lease lost: handler stopped, its message goes to the new owner"
+                );
+                return Ended::Failed;
             }
-            r = async {
-                match extending.as_mut() {
-                    Some(f) => f.await,
-                    None => std::future::pending().await,
-                }
-            }, if extending.is_some() => {
-                extending = None;
-                if let Err(e) = r {
-                    tracing::warn!("could not extend a lease: {e}");
-                }
-            }
-            _ = hard.cancelled() => break Err(Stop::Hard),
-            _ = d.lease_lost() => break Err(Stop::Lost),
-        }
-    };
-    drop(extending);
-    let outcome = match ended {
-        Ok(o) => o,
-        Err(Stop::Hard) => {
+        },
+        () = hard.cancelled() => {
             return match d.release().await {
                 Ok(()) => Ended::Released,
                 Err(_) => Ended::Failed,
             };
-        }
-        Err(Stop::Lost) => {
-            tracing::warn!(
-                slot = d.slot,
-                "slot lease lost: handler stopped, its message goes to the new owner"
-            );
-            return Ended::Failed;
         }
     };
     let r = match outcome {
