@@ -155,6 +155,40 @@ async fn an_idle_consumer_does_not_poll() {
     d.ack().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_parallel_consumer_sleeps_while_a_serial_owner_leases_the_slot() {
+    // A serial owner that crashed leaves its slot leased (here for 2.5 s);
+    // live owners hold it between deliveries too. A parallel consumer may
+    // take nothing from it meanwhile, and must not ask again and again.
+    let (server, _c, topic) = setup(TopicKind::Priority, 1).await;
+    topic.send(Message::new("waits")).await.unwrap();
+    let ttl = Duration::from_millis(2_500);
+    let planted = std::time::Instant::now();
+    let lease = topic
+        .slot_lease(0, "acquire", "crashed", 0, ttl)
+        .await
+        .unwrap();
+    assert!(lease.granted);
+    let stop = CancellationToken::new();
+    let mut s = topic
+        .consumer()
+        .rescan(Duration::from_secs(30))
+        .stream(stop.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = calls(&server).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let polled = calls(&server).await - before;
+    assert!(
+        polled <= 3,
+        "{polled} script calls in 1.5 s on a leased slot"
+    );
+    // Once the lease has run out, the message is taken.
+    let d = next(&mut s, 5).await.expect("taken after the lease ended");
+    assert!(planted.elapsed() >= ttl, "taken while the slot was leased");
+    d.ack().await.unwrap();
+    stop.cancel();
+}
+
 /// Script calls so far, summed over every node.
 async fn calls(backend: &Backend) -> u64 {
     let urls = match backend {

@@ -14,9 +14,12 @@
 -- Before taking, it rolls back expired leases (as failed attempts) and moves
 -- priority retries whose backoff is over back to the pending set.
 -- Returns: { now, head score or false, next retry ms or false, next lease deadline or false,
---            (head is false when the caller may not take now: the slot is leased by a
---            serial owner, or in serial mode something of the slot is in flight),
 --            reclaimed count, then per message: delivery id, payload }
+--   head is false when the caller may not take now: in serial mode while something of
+--   the slot is in flight; in parallel mode while a serial owner leases the slot, and
+--   then "next retry" is false and "next lease deadline" is the earlier of the slot
+--   lease's end and the first in-flight deadline, so the caller sleeps until then
+--   (or a notice) instead of asking again at once.
 -- A delivery id is "<token>,<attempt>,<score>|<key>" (see common.lua); settle
 -- takes it back to name the delivery.
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
@@ -37,7 +40,7 @@ local slot = ARGV[9]
 local now = now_ms()
 
 local owner, epoch = ARGV[11] or '', ARGV[12] or ''
-local fence_ok, leased = lease_check(owner, epoch, now)
+local fence_ok, leased, leased_until = lease_check(owner, epoch, now)
 if not fence_ok then
   return fenced_reply(slot, epoch)
 end
@@ -166,11 +169,18 @@ if #expired > 0 then
 end
 
 local _, qs = head(kind)
-if blocked and redis.call('ZCARD', K.f) > 0 then
+local retry_at, flight_at = first_score(K.r), first_score(K.f)
+if owner == '' and leased then
+  -- A serial owner's slot: nothing to take here before its lease ends.
+  qs, retry_at = nil, false
+  if not flight_at or leased_until < flight_at then
+    flight_at = leased_until
+  end
+elseif blocked and redis.call('ZCARD', K.f) > 0 then
   -- Nothing to take until the in-flight delivery ends (its lease deadline is reported).
   qs = nil
 end
-local res = { now, qs or false, first_score(K.r), first_score(K.f), #expired }
+local res = { now, qs or false, retry_at, flight_at, #expired }
 for i = 1, #out do
   res[#res + 1] = out[i]
 end
