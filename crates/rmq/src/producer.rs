@@ -55,7 +55,8 @@ impl Topic {
             .unwrap_or_else(|| Err(Error::new(ErrorKind::Redis, "no result for the message")))
     }
 
-    /// Sends many messages in one round trip. Every message is checked
+    /// Sends many messages in one round trip (more than 1000 for one slot
+    /// take one more round trip per 1000, in order). Every message is checked
     /// first: if any is invalid, the call is refused and nothing is written.
     /// Messages with the same key in one batch merge in order.
     pub async fn send_batch(&self, messages: &[Message]) -> Result<BatchReport> {
@@ -90,12 +91,14 @@ impl Topic {
         }
         let max_payload = spec.max_payload_bytes.to_string();
         let tolerance = spec.past_tolerance_ms.to_string();
-        let mut calls = Vec::new();
-        let mut call_members: Vec<Vec<usize>> = Vec::new();
+        // The calls of each slot, in message order (a slot with more than
+        // PER_CALL messages gets several).
+        let mut per_slot: Vec<Vec<(redis::Cmd, Vec<usize>)>> = Vec::new();
         for (slot, idxs) in &by_slot {
             let keys = self.slot_keys(*slot);
             let slot_s = slot.to_string();
             let channel = self.channel_for(*slot);
+            let mut chunks = Vec::new();
             for chunk in idxs.chunks(PER_CALL) {
                 let mut args: Vec<&[u8]> = vec![
                     spec.kind.code().as_bytes(),
@@ -109,30 +112,56 @@ impl Topic {
                     args.push(specs[i].as_bytes());
                     args.push(messages[i].payload());
                 }
-                calls.push((ScriptId::Send, scripts::call(ScriptId::Send, &keys, &args)));
-                call_members.push(chunk.to_vec());
+                chunks.push((scripts::call(ScriptId::Send, &keys, &args), chunk.to_vec()));
             }
+            per_slot.push(chunks);
         }
-        let replies = self.redis().run_waiting(calls, self.durability).await?;
         let mut results: Vec<Option<Result<Sent>>> = (0..messages.len()).map(|_| None).collect();
-        for ((reply, acked), members) in replies.into_iter().zip(call_members) {
-            match reply {
-                Ok(v) => {
-                    let codes = items(v);
-                    for (j, &i) in members.iter().enumerate() {
-                        let code = int_at(&codes, j + 1).unwrap_or(-3);
-                        let sent = decode(
-                            code,
-                            slots[i],
-                            spec.max_payload_bytes,
-                            spec.past_tolerance_ms,
-                        );
-                        results[i] = Some(sent.and_then(|s| self.check_replicated(s, acked)));
-                    }
-                }
+        for (n, round) in in_order_rounds(per_slot).into_iter().enumerate() {
+            let (calls, members): (Vec<_>, Vec<_>) = round
+                .into_iter()
+                .filter(|(_, m)| m.iter().all(|&i| results[i].is_none()))
+                .map(|(cmd, m)| ((ScriptId::Send, cmd), m))
+                .unzip();
+            if calls.is_empty() {
+                continue;
+            }
+            let replies = match self.redis().run_waiting(calls, self.durability).await {
+                Ok(r) => r,
+                Err(e) if n == 0 => return Err(e),
+                // Earlier rounds' results stand; this round's and the rest
+                // share the error (this round's may or may not have run).
                 Err(e) => {
-                    for &i in &members {
-                        results[i] = Some(Err(e.duplicate()));
+                    for r in results.iter_mut().filter(|r| r.is_none()) {
+                        *r = Some(Err(e.duplicate()));
+                    }
+                    break;
+                }
+            };
+            for ((reply, acked), members) in replies.into_iter().zip(members) {
+                match reply {
+                    Ok(v) => {
+                        let codes = items(v);
+                        for (j, &i) in members.iter().enumerate() {
+                            let code = int_at(&codes, j + 1).unwrap_or(-3);
+                            let sent = decode(
+                                code,
+                                slots[i],
+                                spec.max_payload_bytes,
+                                spec.past_tolerance_ms,
+                            );
+                            results[i] = Some(sent.and_then(|s| self.check_replicated(s, acked)));
+                        }
+                    }
+                    Err(e) => {
+                        // Later calls of this slot are not sent: they would
+                        // overtake this one if it ran after all.
+                        let slot = members.first().map(|&i| slots[i]);
+                        for (i, r) in results.iter_mut().enumerate() {
+                            if r.is_none() && Some(slots[i]) == slot {
+                                *r = Some(Err(e.duplicate()));
+                            }
+                        }
                     }
                 }
             }
@@ -148,6 +177,24 @@ impl Topic {
                 .collect(),
         })
     }
+}
+
+/// Orders a batch's calls into rounds: round k holds the k-th call of every
+/// slot that has one. A round is sent only once the one before has ended
+/// (script reloads and retries included), so the calls of one slot run in
+/// the order of the messages: a key in two of them ends with the later
+/// one's payload and due time, as if sent one by one.
+fn in_order_rounds<T>(per_slot: Vec<Vec<T>>) -> Vec<Vec<T>> {
+    let mut rounds: Vec<Vec<T>> = Vec::new();
+    for calls in per_slot {
+        for (k, call) in calls.into_iter().enumerate() {
+            if rounds.len() <= k {
+                rounds.push(Vec::new());
+            }
+            rounds[k].push(call);
+        }
+    }
+    rounds
 }
 
 impl Topic {
@@ -206,5 +253,19 @@ fn decode(code: i64, slot: u32, max_payload: u64, tolerance: u64) -> Result<Sent
             usize::try_from(max_payload).unwrap_or(usize::MAX),
             tolerance,
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_order_rounds;
+
+    #[test]
+    fn a_slots_calls_go_out_one_round_after_the_other_in_message_order() {
+        let rounds = in_order_rounds(vec![vec!["a1", "a2", "a3"], vec!["b1"], vec!["c1", "c2"]]);
+        assert_eq!(
+            rounds,
+            vec![vec!["a1", "b1", "c1"], vec!["a2", "c2"], vec!["a3"]]
+        );
     }
 }
