@@ -4,7 +4,10 @@
 //! everything) and **cut after a request** (the next client request that
 //! contains a pattern is forwarded to the server, which runs it, and then
 //! the connection is cut before the reply comes back: the client cannot
-//! know whether its command ran, and a client that re-sends runs it twice).
+//! know whether its command ran, and a client that re-sends runs it twice)
+//! and **hold from the n-th request** (requests before it go through, it
+//! and everything after wait until released: the test can act on the
+//! server between two commands of one pipeline).
 //!
 //! Threads, not async: the proxy must keep working while the test's own
 //! runtime is blocked or busy. Every thread ends when its sockets close;
@@ -27,6 +30,10 @@ struct State {
     /// Cut the connection that carries the next request holding this.
     cut_on: Mutex<Option<Vec<u8>>>,
     cuts: AtomicU64,
+    /// Hold requests from the n-th one holding this pattern on.
+    hold_from: Mutex<Option<(Vec<u8>, usize)>>,
+    /// A connection is holding requests back now.
+    holding: AtomicBool,
     conns: Mutex<Vec<TcpStream>>,
     closed: AtomicBool,
 }
@@ -108,6 +115,32 @@ impl Proxy {
         *self.state.cut_on.lock().unwrap_or_else(|e| e.into_inner()) = Some(pattern.to_vec());
     }
 
+    /// On each connection: the requests before the `nth` (1-based) one
+    /// whose command name is `pattern` (e.g. `EVALSHA`) go through; that
+    /// one and all after it wait for [`release`](Self::release). The held
+    /// part starts at the request's RESP array header.
+    pub fn hold_from(&self, pattern: &[u8], nth: usize) {
+        *self
+            .state
+            .hold_from
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((pattern.to_vec(), nth.max(1)));
+    }
+
+    /// Whether requests are being held back now (see [`hold_from`](Self::hold_from)).
+    pub fn holding(&self) -> bool {
+        self.state.holding.load(Ordering::SeqCst)
+    }
+
+    /// Lets held requests go on, and holds nothing more.
+    pub fn release(&self) {
+        *self
+            .state
+            .hold_from
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
     /// How many connections were cut by [`cut_after_request`](Self::cut_after_request).
     pub fn cuts(&self) -> u64 {
         self.state.cuts.load(Ordering::SeqCst)
@@ -136,6 +169,93 @@ impl Drop for Proxy {
     }
 }
 
+/// How often a holding connection looks whether it was released.
+const GATE_TICK: Duration = Duration::from_millis(10);
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// Splits one connection's request stream at the n-th request that holds a
+/// pattern. Until then it passes everything on but a short tail (where the
+/// header of a matching request may begin); from then on it keeps all.
+struct Gate {
+    pattern: Vec<u8>,
+    nth: usize,
+    seen: usize,
+    /// Bytes not passed on yet.
+    pending: Vec<u8>,
+    /// `pending[..scanned]` was searched already.
+    scanned: usize,
+    held: bool,
+}
+
+impl Gate {
+    /// Bytes kept back while searching: a request header plus the pattern.
+    const TAIL: usize = 64;
+
+    fn new(pattern: Vec<u8>, nth: usize) -> Gate {
+        Gate {
+            pattern,
+            nth,
+            seen: 0,
+            pending: Vec::new(),
+            scanned: 0,
+            held: false,
+        }
+    }
+
+    /// Takes newly read bytes (none on a read time-out) and returns what
+    /// may be passed on now.
+    fn take(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.pending.extend_from_slice(bytes);
+        if self.held {
+            return Vec::new();
+        }
+        let p = self.pattern.len().max(1);
+        let mut i = self.scanned;
+        while i + p <= self.pending.len() {
+            if self.pending[i..i + p] == self.pattern[..] {
+                self.seen += 1;
+                if self.seen == self.nth {
+                    let start = request_start(&self.pending, i);
+                    self.held = true;
+                    return self.pending.drain(..start).collect();
+                }
+                i += p;
+            } else {
+                i += 1;
+            }
+        }
+        self.scanned = i;
+        // Nothing new arrived for a while: the request is complete, pass it
+        // all on; otherwise keep a tail where a request header may begin.
+        let cut = if bytes.is_empty() {
+            self.pending.len()
+        } else {
+            self.pending
+                .len()
+                .saturating_sub(Self::TAIL)
+                .min(self.scanned)
+        };
+        self.scanned -= cut.min(self.scanned);
+        self.pending.drain(..cut).collect()
+    }
+}
+
+/// Where the RESP request holding `at` begins: the `*<n>` array header
+/// before its first argument (`$<len>` then the bytes at `at`).
+fn request_start(buf: &[u8], at: usize) -> usize {
+    let before = &buf[..at];
+    // Back over "$<len>\r\n", then over "*<n>\r\n".
+    let arg = before.iter().rposition(|&b| b == b'$').unwrap_or(0);
+    let head = buf[..arg].iter().rposition(|&b| b == b'*').unwrap_or(arg);
+    head
+}
+
 /// One direction of a connection; both share the connection's "cut" flag.
 enum Way {
     /// Client to server: requests are matched here, and a match sets the flag.
@@ -152,11 +272,60 @@ fn pump(st: &Arc<State>, from: &TcpStream, to: &TcpStream, way: Way) {
     let st = st.clone();
     thread::spawn(move || {
         let mut buf = vec![0u8; 64 * 1024];
+        let mut gate: Option<Gate> = None;
         loop {
+            if matches!(way, Way::Requests(_)) {
+                let armed = st
+                    .hold_from
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                match (&mut gate, armed) {
+                    (None, Some((pattern, nth))) => {
+                        let _ = from.set_read_timeout(Some(GATE_TICK));
+                        gate = Some(Gate::new(pattern, nth));
+                    }
+                    (Some(g), None) => {
+                        // Released: pass on what was kept back.
+                        let _ = from.set_read_timeout(None);
+                        let kept = std::mem::take(&mut g.pending);
+                        gate = None;
+                        st.holding.store(false, Ordering::SeqCst);
+                        if to.write_all(&kept).is_err() {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
             let n = match from.read(&mut buf) {
-                Ok(0) | Err(_) => break,
+                Ok(0) => break,
                 Ok(n) => n,
+                Err(e) if gate.is_some() && is_timeout(&e) => 0,
+                Err(_) => break,
             };
+            if gate.is_none() && matches!(way, Way::Requests(_)) {
+                // Armed while this read waited: these bytes count too.
+                let armed = st
+                    .hold_from
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                if let Some((pattern, nth)) = armed {
+                    let _ = from.set_read_timeout(Some(GATE_TICK));
+                    gate = Some(Gate::new(pattern, nth));
+                }
+            }
+            if let Some(g) = gate.as_mut() {
+                let pass = g.take(&buf[..n]);
+                if g.held {
+                    st.holding.store(true, Ordering::SeqCst);
+                }
+                if to.write_all(&pass).is_err() {
+                    break;
+                }
+                continue;
+            }
             while st.frozen.load(Ordering::SeqCst) && !st.closed.load(Ordering::SeqCst) {
                 thread::sleep(Duration::from_millis(5));
             }
@@ -180,13 +349,13 @@ fn pump(st: &Arc<State>, from: &TcpStream, to: &TcpStream, way: Way) {
                 if let Way::Requests(flag) = &way {
                     flag.store(true, Ordering::SeqCst);
                 }
+                st.cuts.fetch_add(1, Ordering::SeqCst);
             }
             if to.write_all(chunk).is_err() {
                 break;
             }
             if cut {
                 thread::sleep(CUT_DELAY);
-                st.cuts.fetch_add(1, Ordering::SeqCst);
                 break;
             }
         }

@@ -39,6 +39,11 @@ pub struct ClientOptions {
     /// an admin loaded ([`Client::load_functions`]) with `FCALL`, so the
     /// user needs no `EVAL`, `EVALSHA` or `SCRIPT` rights.
     pub functions: bool,
+    /// Redis Cluster: how long a call (connecting included) keeps trying
+    /// while a master fails over, before it fails with a retryable error.
+    /// Default 15 s: more than a node time-out of a few seconds plus the
+    /// election; raise it with the cluster's `cluster-node-timeout`.
+    pub failover_window: Duration,
 }
 
 /// TLS for `rediss://` URLs (rustls). The server's certificate and host
@@ -142,6 +147,7 @@ impl Default for ClientOptions {
             password: None,
             tls: None,
             functions: false,
+            failover_window: crate::conn::DEFAULT_FAILOVER_WINDOW,
         }
     }
 }
@@ -163,6 +169,12 @@ impl ClientOptions {
     /// Locked-down mode (see [`ClientOptions::functions`]).
     pub fn functions(mut self, on: bool) -> Self {
         self.functions = on;
+        self
+    }
+
+    /// Redis Cluster: how long calls ride out a failover (see the field).
+    pub fn failover_window(mut self, window: Duration) -> Self {
+        self.failover_window = window;
         self
     }
 
@@ -392,8 +404,12 @@ impl Client {
 
     async fn finish(mut redis: Redis, options: ClientOptions, shown: String) -> Result<Client> {
         redis.functions = options.functions;
+        redis.failover_window = options.failover_window;
         let warnings = preflight(&redis, &options).await?;
         for w in &warnings {
+            if !first_time_in_this_process(&format!("{shown} {w}")) {
+                continue;
+            }
             match w {
                 // Common on development servers: not worth a warning line.
                 ServerWarning::NoPersistence => tracing::info!("{w}"),
@@ -487,12 +503,9 @@ impl Client {
     /// Opens a defined topic.
     pub async fn topic(&self, name: &str) -> Result<Topic> {
         validate_topic_name(name)?;
-        let mut conn = self.inner.redis.conn.clone();
-        let json: Option<String> = redis::cmd("HGET")
-            .arg(keys::topic_index(self.prefix()))
-            .arg(name)
-            .query_async(&mut conn)
-            .await?;
+        let mut get = redis::cmd("HGET");
+        get.arg(keys::topic_index(self.prefix())).arg(name);
+        let json: Option<String> = self.inner.redis.query(&get).await?;
         let Some(json) = json else {
             return Err(Error::new(
                 ErrorKind::UnknownTopic,
@@ -513,11 +526,9 @@ impl Client {
 
     /// Every topic defined under this prefix, by name.
     pub async fn topics(&self) -> Result<Vec<TopicSpec>> {
-        let mut conn = self.inner.redis.conn.clone();
-        let all: Vec<(String, String)> = redis::cmd("HGETALL")
-            .arg(keys::topic_index(self.prefix()))
-            .query_async(&mut conn)
-            .await?;
+        let mut get = redis::cmd("HGETALL");
+        get.arg(keys::topic_index(self.prefix()));
+        let all: Vec<(String, String)> = self.inner.redis.query(&get).await?;
         let mut out: Vec<TopicSpec> = all
             .into_iter()
             .filter_map(|(_, json)| serde_json::from_str(&json).ok())
@@ -553,6 +564,17 @@ pub fn redact(url: &str) -> String {
         }
         _ => url.to_string(),
     }
+}
+
+/// Whether `what` is said for the first time by this process: a warning
+/// about a server is logged once, however often a process connects.
+fn first_time_in_this_process(what: &str) -> bool {
+    static SAID: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        std::sync::OnceLock::new();
+    SAID.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(what.to_string())
 }
 
 /// Refuses servers older than 7.0 (script flags, ZMSCORE, ZRANGE REV).
@@ -631,13 +653,28 @@ async fn on_every_master(redis: &Redis, cmd: redis::Cmd) -> redis::RedisResult<V
         }
         Conn::Cluster(c) => {
             use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
-            let mut c = c.clone();
-            let v = c
-                .route_command(
-                    cmd,
-                    RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
-                )
-                .await?;
+            // Reads only: ride out a failover as `Redis::query` does.
+            let deadline = tokio::time::Instant::now() + redis.failover_window;
+            let mut pause = Duration::from_millis(50);
+            let v = loop {
+                let mut c = c.clone();
+                let r = c
+                    .route_command(
+                        cmd.clone(),
+                        RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
+                    )
+                    .await;
+                match r {
+                    Err(e)
+                        if crate::conn::retry_through_failover(&e, true)
+                            && tokio::time::Instant::now() + pause < deadline =>
+                    {
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_millis(500));
+                    }
+                    r => break r?,
+                }
+            };
             Ok(match v {
                 Value::Map(pairs) => pairs.into_iter().map(|(_, v)| v).collect(),
                 other => vec![other],

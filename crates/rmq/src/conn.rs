@@ -110,7 +110,14 @@ pub(crate) struct Redis {
     /// Every master is Redis 7.2+ with the AOF on: durable sends use
     /// `WAITAOF 1 n` (fsynced locally and on n replicas) instead of `WAIT n`.
     pub(crate) waitaof: bool,
+    /// A cluster: how long a call keeps trying through a failover (see
+    /// [`ClientOptions::failover_window`](crate::ClientOptions::failover_window)).
+    pub(crate) failover_window: std::time::Duration,
 }
+
+/// How long a cluster call keeps trying through a failover by default:
+/// more than a node time-out of a few seconds plus the election.
+pub(crate) const DEFAULT_FAILOVER_WINDOW: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// The longest WAIT timeout a durable send may ask for.
 pub(crate) const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
@@ -162,6 +169,40 @@ impl Redis {
             response_timeout,
             functions: false,
             waitaof: false,
+            failover_window: DEFAULT_FAILOVER_WINDOW,
+        }
+    }
+
+    /// How long a cluster call's answer is remembered for a second run:
+    /// past every retry of it (rmq's own, within the failover window, and
+    /// the cluster client's, each within a response time-out).
+    fn memo_ttl_ms(&self) -> u128 {
+        (self.failover_window + self.response_timeout * 2).as_millis() + 10_000
+    }
+
+    /// Sends one command that may safely run twice (a read, or an
+    /// idempotent write such as `SCRIPT LOAD`). On a cluster it rides out a
+    /// failover: it is tried again for up to the failover window while the
+    /// cluster answers that it cannot serve the key, or a node cannot be
+    /// reached.
+    pub(crate) async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
+        let mut conn = self.conn.clone();
+        if !self.is_cluster() {
+            return Ok(cmd.query_async(&mut conn).await?);
+        }
+        let deadline = tokio::time::Instant::now() + self.failover_window;
+        let mut wait = std::time::Duration::from_millis(50);
+        loop {
+            match cmd.query_async::<T>(&mut conn).await {
+                Err(e)
+                    if retry_through_failover(&e, true)
+                        && tokio::time::Instant::now() + wait < deadline =>
+                {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(std::time::Duration::from_millis(500));
+                }
+                r => return Ok(r?),
+            }
         }
     }
 
@@ -223,10 +264,27 @@ impl Redis {
         calls: Vec<(ScriptId, Cmd)>,
         wait: Option<WaitFor>,
     ) -> Result<Vec<(Result<Value>, Option<u32>)>> {
-        let calls = if self.functions {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let calls: Vec<(ScriptId, Cmd)> = if self.functions {
             calls
                 .into_iter()
                 .map(|(id, cmd)| (id, crate::scripts::functions::as_fcall(id, &cmd)))
+                .collect()
+        } else {
+            calls
+        };
+        // A cluster may run a call twice: each writing call names itself,
+        // so that a second run answers as the first and changes nothing.
+        let calls: Vec<(ScriptId, Cmd)> = if self.is_cluster() {
+            let ttl = self.memo_ttl_ms();
+            calls
+                .into_iter()
+                .map(|(id, cmd)| match id.memoized() {
+                    true => (id, with_request_key(&cmd, ttl)),
+                    false => (id, cmd),
+                })
                 .collect()
         } else {
             calls
@@ -241,7 +299,9 @@ impl Redis {
             };
             let results = match &conn {
                 Conn::Single(_) => single_pipeline(conn, &calls, &pending, wait).await?,
-                Conn::Cluster(_) => cluster_each(&conn, &calls, &pending, wait).await,
+                Conn::Cluster(_) => {
+                    cluster_each(&conn, &calls, &pending, wait, self.failover_window).await
+                }
             };
             let mut missing = Vec::new();
             for (&i, (r, acked)) in pending.iter().zip(results) {
@@ -295,11 +355,9 @@ impl Redis {
             }
             Conn::Cluster(_) => {
                 for id in ScriptId::ALL {
-                    let _: Value = redis::cmd("SCRIPT")
-                        .arg("LOAD")
-                        .arg(&scripts::get(id).code)
-                        .query_async(&mut conn)
-                        .await?;
+                    let mut load = redis::cmd("SCRIPT");
+                    load.arg("LOAD").arg(&scripts::get(id).code);
+                    let _: Value = self.query(&load).await?;
                 }
                 self.load_scripts_on_replicas().await;
             }
@@ -417,27 +475,36 @@ async fn single_pipeline(
 }
 
 /// Each call as its own command (or call + WAIT pipeline, routed by the
-/// call's key), all concurrently.
+/// call's key), all concurrently, each riding out a failover for up to
+/// `window`.
 async fn cluster_each(
     conn: &Conn,
     calls: &[(ScriptId, Cmd)],
     pending: &[usize],
     wait: Option<WaitFor>,
+    window: std::time::Duration,
 ) -> Vec<(redis::RedisResult<Value>, Option<u32>)> {
+    let deadline = tokio::time::Instant::now() + window;
     let futures = pending.iter().map(|&i| {
         let mut conn = conn.clone();
-        let cmd = &calls[i].1;
+        let (id, cmd) = &calls[i];
+        // A memoized call (its answer remembered under its request key)
+        // and a read may run again whatever happened to the first try;
+        // any other only when the reply says it did not run.
+        let rerun_safe = id.memoized() || id.read_only();
         async move {
-            // The client retries redirects itself, but in a burst that a
-            // failover can outlast. These replies come before the call
-            // runs, so trying again a little later is safe.
-            let mut attempt = 0u64;
+            // The client retries redirects and broken connections itself,
+            // but in a burst that a failover can outlast.
+            let mut pause = std::time::Duration::from_millis(50);
             loop {
                 let r = one_call(&mut conn, cmd, wait).await;
                 match &r.0 {
-                    Err(e) if not_run_topology_error(e) && attempt < 9 => {
-                        attempt += 1;
-                        tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+                    Err(e)
+                        if retry_through_failover(e, rerun_safe)
+                            && tokio::time::Instant::now() + pause < deadline =>
+                    {
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(std::time::Duration::from_millis(500));
                     }
                     _ => return r,
                 }
@@ -447,10 +514,13 @@ async fn cluster_each(
     futures::future::join_all(futures).await
 }
 
-/// Replies that mean the call did not run: the slot is elsewhere or moving,
-/// or the cluster is electing a master.
-fn not_run_topology_error(e: &redis::RedisError) -> bool {
-    matches!(
+/// Whether a cluster call that failed so may be tried again. Replies that
+/// mean the call did not run (the slot is elsewhere or moving, the cluster
+/// is electing a master, the node is loading or was demoted) always; a
+/// broken connection or a time-out (the call may have run) only when a
+/// second run is harmless.
+pub(crate) fn retry_through_failover(e: &redis::RedisError, rerun_safe: bool) -> bool {
+    let not_run = matches!(
         e.kind(),
         redis::ErrorKind::Server(
             redis::ServerErrorKind::Moved
@@ -458,8 +528,48 @@ fn not_run_topology_error(e: &redis::RedisError) -> bool {
                 | redis::ServerErrorKind::TryAgain
                 | redis::ServerErrorKind::ClusterDown
                 | redis::ServerErrorKind::MasterDown
-        )
-    )
+                | redis::ServerErrorKind::BusyLoading
+                | redis::ServerErrorKind::ReadOnly
+        ) | redis::ErrorKind::ClusterConnectionNotFound
+    ) || e.is_connection_refusal();
+    let maybe_run = e.is_io_error() || e.is_timeout() || e.is_connection_dropped();
+    not_run || (rerun_safe && maybe_run)
+}
+
+/// A memoized script call with its request key added as KEYS[11]:
+/// `<slot base>:req:<ttl ms>.<random id>`, in the hash tag of its first key
+/// (`<slot base>:q`). Works on `EVALSHA sha n keys.. args..` and `FCALL
+/// name n keys.. args..` alike.
+fn with_request_key(cmd: &Cmd, ttl_ms: u128) -> Cmd {
+    let args: Vec<&[u8]> = cmd
+        .args_iter()
+        .filter_map(|a| match a {
+            redis::Arg::Simple(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    let numkeys: Option<usize> = args
+        .get(2)
+        .and_then(|n| std::str::from_utf8(n).ok())
+        .and_then(|n| n.parse().ok());
+    let (Some(n), Some(first)) = (numkeys, args.get(3)) else {
+        return cmd.clone();
+    };
+    let Some(colon) = first.iter().rposition(|&b| b == b':') else {
+        return cmd.clone();
+    };
+    let mut key = first[..colon].to_vec();
+    key.extend_from_slice(format!(":req:{ttl_ms}.{:016x}", rand::random::<u64>()).as_bytes());
+    let mut out = redis::cmd(&String::from_utf8_lossy(args[0]));
+    out.arg(args[1]).arg(n + 1);
+    for k in args.iter().skip(3).take(n) {
+        out.arg(*k);
+    }
+    out.arg(key);
+    for a in args.iter().skip(3 + n) {
+        out.arg(*a);
+    }
+    out
 }
 
 /// One call on a cluster connection (with WAIT after it when asked).

@@ -10,7 +10,7 @@
 
 use std::sync::OnceLock;
 
-use super::{ScriptId, COMMON};
+use super::ScriptId;
 
 /// The built library: its name, its source and each script's function name.
 pub(crate) struct Library {
@@ -51,17 +51,13 @@ pub(crate) fn library() -> &'static Library {
     LIB.get_or_init(|| {
         let mut body_parts = Vec::new();
         for id in ScriptId::ALL {
-            let (flags, body, common) = id.source();
+            let (flags, _, _) = id.source();
             let flags: Vec<String> = flags
                 .split_whitespace()
                 .find_map(|w| w.strip_prefix("flags="))
                 .map(|f| f.split(',').map(|x| format!("'{x}'")).collect())
                 .unwrap_or_default();
-            let code = if common {
-                format!("{COMMON}\n{body}")
-            } else {
-                body.to_string()
-            };
+            let code = super::text(id);
             body_parts.push((id, flags, code));
         }
         let all: String = body_parts.iter().map(|(_, _, c)| c.as_str()).collect();

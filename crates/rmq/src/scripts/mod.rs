@@ -11,6 +11,8 @@ use std::sync::OnceLock;
 pub(crate) mod functions;
 
 const COMMON: &str = include_str!("lua/common.lua");
+/// Wraps the body of a script that may run twice (see `lua/memo.lua`).
+const MEMO: &str = include_str!("lua/memo.lua");
 
 /// Identifies one script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +45,7 @@ impl ScriptId {
         ScriptId::Membership,
     ];
 
-    fn source(self) -> (&'static str, &'static str, bool) {
+    pub(crate) fn source(self) -> (&'static str, &'static str, bool) {
         // (flags line, body, with common helpers)
         match self {
             ScriptId::Send => ("#!lua", include_str!("lua/send.lua"), true),
@@ -80,6 +82,55 @@ impl ScriptId {
     }
 }
 
+impl ScriptId {
+    /// Whether a second run of one call (same request key, KEYS[11])
+    /// returns the first run's answer and changes nothing: the calls that
+    /// write and must not be applied twice.
+    pub(crate) fn memoized(self) -> bool {
+        matches!(
+            self,
+            ScriptId::Send | ScriptId::Pop | ScriptId::Settle | ScriptId::Lease
+        )
+    }
+
+    /// Whether the script writes nothing (a second run is harmless).
+    pub(crate) fn read_only(self) -> bool {
+        matches!(
+            self,
+            ScriptId::Stats
+                | ScriptId::Peek
+                | ScriptId::DeadList
+                | ScriptId::DefineTopic
+                | ScriptId::Membership
+        )
+    }
+
+    /// What a memoized script keeps of its answer, when not all of it.
+    fn memo_codec(self) -> &'static str {
+        match self {
+            ScriptId::Pop => include_str!("lua/pop_memo.lua"),
+            _ => "",
+        }
+    }
+}
+
+/// A script's Lua text without its `#!lua` line: the common helpers (when
+/// it uses them), then its body, run through the memo wrapper when the
+/// script is memoized. Both the EVALSHA scripts and the Function library
+/// are built from it.
+pub(crate) fn text(id: ScriptId) -> String {
+    let (_, body, common) = id.source();
+    let common = if common { COMMON } else { "" };
+    if id.memoized() {
+        format!(
+            "{common}\nlocal memo_pack, memo_unpack\n{}\nlocal function rmq_main()\n{body}\nend\n{MEMO}",
+            id.memo_codec()
+        )
+    } else {
+        format!("{common}\n{body}")
+    }
+}
+
 /// A built script: its full source and SHA1.
 pub(crate) struct Built {
     pub(crate) code: String,
@@ -87,12 +138,8 @@ pub(crate) struct Built {
 }
 
 fn build(id: ScriptId) -> Built {
-    let (flags, body, common) = id.source();
-    let code = if common {
-        format!("{flags}\n{COMMON}\n{body}")
-    } else {
-        format!("{flags}\n{body}")
-    };
+    let (flags, _, _) = id.source();
+    let code = format!("{flags}\n{}", text(id));
     let sha = redis::Script::new(&code).get_hash().to_string();
     Built { code, sha }
 }

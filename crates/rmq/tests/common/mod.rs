@@ -8,7 +8,7 @@ use futures::StreamExt;
 use rmq::{
     CancellationToken, Client, ClientOptions, Deliveries, Delivery, Topic, TopicKind, TopicSpec,
 };
-pub use rmq_test_support::{RedisCluster, RedisServer};
+pub use rmq_test_support::{Proxy, RedisCluster, RedisServer};
 
 /// What the semantics tests run against: one throwaway node, or (with
 /// `RMQ_TEST_CLUSTER=1`) a throwaway 3-master Redis Cluster, so that the
@@ -147,4 +147,55 @@ pub async fn drain(s: &mut Deliveries, quiet: Duration) -> Vec<Delivery> {
 
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// A one-node Redis Cluster (it serves all 16384 hash slots) that
+/// announces a proxy's port as its own: a cluster client reaches it only
+/// through the proxy, and meets the proxy's faults (a cut connection makes
+/// the cluster client send a command again).
+pub struct ProxiedCluster {
+    pub server: RedisServer,
+    pub proxy: Proxy,
+}
+
+impl ProxiedCluster {
+    pub async fn start() -> ProxiedCluster {
+        let port = rmq_test_support::free_port();
+        let server = RedisServer::builder()
+            .arg("cluster-enabled", "yes")
+            .arg("cluster-port", &rmq_test_support::free_port().to_string())
+            .arg("cluster-config-file", "nodes.conf")
+            .arg("cluster-announce-ip", "127.0.0.1")
+            .arg("cluster-announce-port", &port.to_string())
+            .start();
+        let proxy = Proxy::start_on(port, server.addr());
+        let admin = redis::Client::open(server.url()).unwrap();
+        let mut c = admin.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("CLUSTER")
+            .arg("ADDSLOTSRANGE")
+            .arg(0)
+            .arg(16383)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        for _ in 0..500 {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            if info.contains("cluster_state:ok") {
+                return ProxiedCluster { server, proxy };
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the one-node cluster never became ready");
+    }
+
+    /// A cluster client that goes through the proxy.
+    pub async fn connect(&self) -> Client {
+        Client::connect_cluster(&[self.proxy.url().as_str()], ClientOptions::default())
+            .await
+            .expect("connect to the proxied cluster")
+    }
 }

@@ -1,0 +1,40 @@
+-- memo.lua: a call that runs twice answers the same and changes nothing.
+--
+-- A Redis Cluster client re-sends a command after a broken connection or a
+-- time-out (not only after a redirect), and rmq itself retries a call whose
+-- answer was lost while the cluster fails over: a script may then run a
+-- second time. A pop that ran twice would leave its first batch in flight
+-- unseen for a whole lease; a send would report "merged" and shift a
+-- '+delay' due time; an ack would answer "stale".
+--
+-- So such a call names itself: KEYS[11] is '<slot base>:req:<ttl ms>.<id>'
+-- (same hash tag as the slot's keys, a fresh random id per call, the same
+-- on every retry). The first run stores its answer there for <ttl ms>; a
+-- second run finds it and returns it without running. Without KEYS[11] (a
+-- single node, where nothing re-sends) this costs nothing.
+--
+-- The script body runs as rmq_main() below this text; a script may set
+-- memo_pack / memo_unpack to store less than its whole answer (pop: the
+-- delivery ids without payloads).
+
+local MEMO = KEYS[11]
+if MEMO then
+  local seen = redis.call('GET', MEMO)
+  if seen then
+    local answer = cmsgpack.unpack(seen)
+    if memo_unpack then
+      answer = memo_unpack(answer)
+    end
+    return answer
+  end
+end
+local answer = rmq_main()
+if MEMO and type(answer) == 'table' and answer.err == nil then
+  local ttl = tonumber(string.match(MEMO, ':req:(%d+)%.')) or 60000
+  local kept = answer
+  if memo_pack then
+    kept = memo_pack(answer)
+  end
+  redis.call('SET', MEMO, cmsgpack.pack(kept), 'PX', ttl)
+end
+return answer
