@@ -246,3 +246,37 @@ fn a_killed_consumer_takes_its_handler_down_before_the_lease_runs_out() {
     assert!(gone, "the handler outlived a SIGKILL of its consumer");
     assert!(took < Duration::from_secs(20), "gone within the lease");
 }
+
+#[test]
+fn the_longest_merge_key_reaches_an_exec_handler_and_a_longer_one_is_refused_at_send() {
+    // Linux caps one environment string at 128 KiB: a key must fit in
+    // RMQ_KEY, or it could never be handled and would end as a dead letter.
+    let env = Env::new();
+    env.ok(&[
+        "topic",
+        "create",
+        "k",
+        "--kind",
+        "priority",
+        "--max-payload",
+        "1048576",
+    ]);
+    let longest = "k".repeat(rmq::MAX_KEY_BYTES);
+    env.ok(&["send", "k", "p", "--key", &longest]);
+    let too_long = format!("{longest}k");
+    let r = env.rmq(&["send", "k", "p", "--key", &too_long]);
+    let line = r.one_error(2);
+    assert!(line.contains("65536"), "{line}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("len");
+    let handler = format!("printf %s \"$RMQ_KEY\" | wc -c > {}", out.display());
+    let r = env.ok(&["consume", "k", "--max", "1", "--exec", &handler]);
+    assert!(r.stdout.contains("acked"), "{r:?}");
+    let len: usize = std::fs::read_to_string(&out)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(len, rmq::MAX_KEY_BYTES);
+    assert_eq!(env.stats("k")["acked"].as_u64(), Some(1));
+}

@@ -12,6 +12,10 @@ use crate::value::{as_int, bytes_at, int_at, items};
 /// Slots per pipeline in admin calls.
 const SLOTS_PER_ROUND: usize = 256;
 
+/// Dead letters one requeue call takes at most (the default dead-letter
+/// cap of a slot): tens of milliseconds of Redis time.
+const REQUEUE_PER_CALL: i64 = 10_000;
+
 /// Depth and counters of one slot, or of a whole topic.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Stats {
@@ -259,7 +263,10 @@ impl Topic {
 
     /// Puts dead letters back as fresh messages (no attempts counted).
     /// Returns how many were requeued and how many merged into a message
-    /// of the same key that was already waiting.
+    /// of the same key that was already waiting. [`DeadSelection::All`]
+    /// takes the letters that were dead when the call started (server
+    /// clock, per slot), each at most once: a message requeued and dead
+    /// again while the call runs stays dead, so the call always ends.
     pub async fn requeue_dead(&self, which: DeadSelection) -> Result<(u64, u64)> {
         let kind = self.spec.kind.code().as_bytes();
         let mut requeued = 0;
@@ -299,15 +306,33 @@ impl Topic {
                 }
             }
             DeadSelection::All => {
+                // What was dead when the slot's first call ran, each at most
+                // once: a message that dies again meanwhile stays dead. A
+                // call takes up to 10,000 letters (the default cap per slot)
+                // at once, so a slot is usually done in one atomic call.
                 for slot in 0..self.spec.slots {
                     let s = slot.to_string();
                     let channel = self.channel_for(slot);
+                    let mut before = String::new();
+                    let per_call = REQUEUE_PER_CALL.to_string();
                     loop {
-                        let args: [&[u8]; 6] =
-                            [kind, channel.as_bytes(), s.as_bytes(), b"1", b"1000", b""];
+                        let args: [&[u8]; 7] = [
+                            kind,
+                            channel.as_bytes(),
+                            s.as_bytes(),
+                            b"1",
+                            per_call.as_bytes(),
+                            b"",
+                            before.as_bytes(),
+                        ];
                         let cmd =
                             scripts::call(ScriptId::DeadRequeue, &self.slot_keys(slot), &args);
-                        if run(self.redis().run_one(ScriptId::DeadRequeue, cmd).await?) < 1000 {
+                        let reply = self.redis().run_one(ScriptId::DeadRequeue, cmd).await?;
+                        if before.is_empty() {
+                            let bound = int_at(&items(reply.clone()), 2).unwrap_or(0);
+                            before = bound.to_string();
+                        }
+                        if run(reply) < REQUEUE_PER_CALL {
                             break;
                         }
                     }

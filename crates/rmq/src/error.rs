@@ -43,6 +43,11 @@ pub enum ErrorKind {
     Redis,
     /// The consumer or client was shut down.
     Shutdown,
+    /// A call may or may not have taken effect: the connection broke after
+    /// the request was sent, and a retry found the delivery already ended
+    /// (by the first try, or by its lease running out meanwhile). Not
+    /// retryable: look at the message's state if it matters.
+    OutcomeUnknown,
     /// A durable send was written on the master but fewer replicas than
     /// asked acknowledged it in time: a failover now may lose it. Sending
     /// it again is safe (it merges); it is retryable.

@@ -9,6 +9,11 @@ use crate::topic::{TopicKind, TopicSpec, MAX_PRIORITY};
 /// The largest due time (Unix ms): 2^53 - 1, so that every score is exact.
 pub const MAX_TIME_MS: i64 = (1 << 53) - 1;
 
+/// The largest merge key (64 KiB). A key is a sorted-set member and travels
+/// with every delivery; `rmq consume --exec` hands it to the handler in one
+/// environment string, which Linux caps at 128 KiB.
+pub const MAX_KEY_BYTES: usize = 64 * 1024;
+
 /// The longest delay, range, retry delay or lease extension (100 years).
 pub(crate) const MAX_SPAN_MS: u64 = 100 * 365 * 86_400_000;
 
@@ -123,6 +128,20 @@ impl Message {
                     self.payload.len(),
                     topic.name,
                     topic.max_payload_bytes
+                ),
+            ));
+        }
+        if self.merge_key().len() > MAX_KEY_BYTES {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "the merge key has {} bytes, more than rmq allows ({MAX_KEY_BYTES} bytes){}",
+                    self.merge_key().len(),
+                    if self.key.is_none() {
+                        ": without a key the payload is the key; give a shorter one with Message::key"
+                    } else {
+                        ""
+                    }
                 ),
             ));
         }

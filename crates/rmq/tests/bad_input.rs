@@ -295,3 +295,28 @@ async fn oversized_batches_are_refused_whole() {
     // Dead letters are bounded by default.
     assert_eq!(topic.spec().dead_letters_per_slot, 10_000);
 }
+
+#[tokio::test]
+async fn merge_keys_longer_than_64_kib_are_refused_at_send() {
+    // A key travels with every delivery, and `rmq consume --exec` hands it
+    // to the handler in one environment string (128 KiB at most on Linux):
+    // a longer one could never be handled.
+    let (_s, client, _t) = setup(TopicKind::Priority, 4).await;
+    let big = client
+        .define_topic(TopicSpec::new("big", TopicKind::Priority).max_payload_bytes(1 << 20))
+        .await
+        .unwrap();
+    let too_long = vec![b'k'; rmq::MAX_KEY_BYTES + 1];
+    for msg in [
+        Message::new("p").key(too_long.clone()),
+        // Without a key, the payload is the key.
+        Message::new(too_long.clone()),
+    ] {
+        let e = big.send(msg).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        assert!(e.to_string().contains("65536"), "{e}");
+    }
+    assert_eq!(big.stats().await.unwrap().total.sent, 0, "nothing written");
+    let longest = vec![b'k'; rmq::MAX_KEY_BYTES];
+    big.send(Message::new("p").key(longest)).await.unwrap();
+}

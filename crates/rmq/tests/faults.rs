@@ -322,3 +322,26 @@ async fn an_in_flight_entry_left_by_an_older_version_is_reclaimed_as_a_failed_at
     let st = topic.stats().await.unwrap().total;
     assert_eq!((st.pending, st.in_flight, st.acked), (0, 0, 1));
 }
+
+#[tokio::test]
+async fn an_ack_whose_reply_was_lost_and_whose_retry_finds_it_ended_is_reported_unknown() {
+    // The connection breaks after the ack left: it ran, but the consumer
+    // cannot know. Its retry finds the delivery ended, which is also what
+    // it would find had the lease run out meanwhile: the outcome is
+    // unknown, and must not be reported as an ack.
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr());
+    let client = Client::connect(&proxy.url()).await.unwrap();
+    let topic = client
+        .define_topic(TopicSpec::new("t", TopicKind::Priority).slots(1))
+        .await
+        .unwrap();
+    topic.send(Message::new("m")).await.unwrap();
+    let d = topic.take(1).await.unwrap().pop().unwrap();
+    proxy.cut_after_request(b"EVALSHA");
+    let e = d.ack().await.unwrap_err();
+    assert_eq!(proxy.cuts(), 1, "the ack's reply was cut");
+    assert_eq!(e.kind(), ErrorKind::OutcomeUnknown, "{e}");
+    assert!(!e.is_retryable());
+    assert_eq!(topic.stats().await.unwrap().total.acked, 1, "it did run");
+}

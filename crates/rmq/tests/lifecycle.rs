@@ -6,7 +6,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use rmq::{DeadSelection, ErrorKind, Message, Settled, TopicKind, TopicSpec};
+use rmq::{
+    CancellationToken, DeadSelection, ErrorKind, Message, Outcome, Settled, TopicKind, TopicSpec,
+};
 
 fn spec(kind: TopicKind) -> TopicSpec {
     TopicSpec::new("t", kind)
@@ -301,4 +303,49 @@ async fn requeued_dead_letters_wait_behind_their_key_in_flight_and_merge_into_it
     assert_eq!(d.payload, b"pending");
     d.ack().await.unwrap();
     assert!(topic.take(1).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn requeue_all_takes_what_was_dead_when_it_started_each_at_most_once() {
+    // A consumer dead-letters everything it gets (a poison topic), so a
+    // requeued message dies again at once: requeueing "all" must end, and
+    // must requeue each letter that was dead at its start exactly once.
+    let (_s, _c, topic) = setup_with(
+        TopicSpec::new("t", TopicKind::Priority)
+            .slots(1)
+            .max_attempts(1),
+    )
+    .await;
+    let n = 6_000;
+    let msgs: Vec<_> = (0..n).map(|i| Message::new(format!("m{i}"))).collect();
+    topic.send_batch(&msgs).await.unwrap();
+    let mut killed = 0;
+    while killed < n {
+        for d in topic.take(1_000).await.unwrap() {
+            d.dead("poison").await.unwrap();
+            killed += 1;
+        }
+    }
+    assert_eq!(topic.stats().await.unwrap().total.dead, n as u64);
+    let stop = CancellationToken::new();
+    let killer = topic
+        .consumer()
+        .concurrency(256)
+        .batch(256)
+        .run(stop.clone(), |_| async {
+            Outcome::Dead {
+                error: "poison again".into(),
+            }
+        });
+    let killer = tokio::spawn(killer);
+    let (requeued, merged) = tokio::time::timeout(
+        Duration::from_secs(60),
+        topic.requeue_dead(DeadSelection::All),
+    )
+    .await
+    .expect("requeue all ends")
+    .unwrap();
+    stop.cancel();
+    killer.await.unwrap().unwrap();
+    assert_eq!((requeued, merged), (n as u64, 0), "each dead letter once");
 }

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::settler::{Op, Settled, Settler};
 use super::Shared;
-use crate::error::{ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::group::Fence;
 use crate::message::Received;
 
@@ -192,7 +192,8 @@ impl Delivery {
 
     /// Ends the delivery, retrying while Redis is unreachable (for a few
     /// seconds; the lease covers the rest). A retry that finds the delivery
-    /// gone after a lost reply counts the earlier try as the one that worked.
+    /// gone after a lost reply cannot tell whether the earlier try ran or
+    /// the lease ran out meanwhile: [`ErrorKind::OutcomeUnknown`].
     async fn end(mut self, op: Op) -> Result<Settled> {
         self.ended = true;
         let m = &self.msg;
@@ -210,7 +211,17 @@ impl Delivery {
                     wait *= 2;
                 }
                 Err(e) if retried && e.kind() == ErrorKind::StaleDelivery => {
-                    return Ok(Settled::Done)
+                    return Err(Error::new(
+                        ErrorKind::OutcomeUnknown,
+                        format!(
+                            "the connection broke while ending the delivery of {:?} (slot {}, attempt {}), \
+                             and a retry found it already ended: either the first try ran, or the \
+                             lease ran out meanwhile and the message was rolled back",
+                            String::from_utf8_lossy(&m.key),
+                            m.slot,
+                            m.attempt
+                        ),
+                    ))
                 }
                 r => return r,
             }

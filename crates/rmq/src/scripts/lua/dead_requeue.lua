@@ -5,11 +5,15 @@
 -- ARGV[4] '1' for all dead letters (up to the limit), '0' for the one merge key in ARGV[6]
 -- ARGV[5] limit
 -- ARGV[6] merge key (when ARGV[4] is '0')
+-- ARGV[7] all: only letters that died at or before this time (ms; '' = now). A caller
+--         that requeues a slot in several calls passes the first call's time, so that a
+--         message requeued and dead again meanwhile is not requeued twice. (Within one
+--         call nothing can die again: a slot with up to `limit` letters is done at once.)
 -- A requeued message starts again with no attempts counted. A priority message
 -- keeps its priority and FIFO place; a time-based message is due at once. When
 -- the same key is already pending (or in flight with a duplicate behind it), the
 -- newer pending message wins and the dead letter is merged into it.
--- Returns: { requeued, merged }
+-- Returns: { requeued, merged, the time bound used (ms) }
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
 local kind = ARGV[1]
@@ -25,8 +29,9 @@ if bad then
 end
 
 local keys
+local before = tonumber(ARGV[7] or '') or now
 if all then
-  keys = redis.call('ZRANGE', K.x, 0, limit - 1)
+  keys = redis.call('ZRANGEBYSCORE', K.x, '-inf', fmt(before), 'LIMIT', 0, limit)
 else
   keys = { ARGV[6] }
 end
@@ -67,4 +72,4 @@ end
 if requeued > 0 then
   announce(kind, channel, slot, hm, hs)
 end
-return { requeued, merged }
+return { requeued, merged, before }
