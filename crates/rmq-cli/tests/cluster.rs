@@ -65,3 +65,51 @@ fn a_plain_node_given_as_a_cluster_is_one_clear_error() {
     assert!(r.stderr.contains("cluster"), "{r:?}");
     assert_eq!(r.stderr.trim().lines().count(), 1, "{r:?}");
 }
+
+#[test]
+fn a_consumer_started_while_the_topic_registrys_master_fails_over_waits_and_consumes() {
+    // The master that holds the topic registry (`rmq:topics`) is killed;
+    // a consumer started a moment later must ride out the failover (node
+    // timeout plus election) rather than exit with a redirect error, and
+    // say what it has to say about the servers once, not per node or retry.
+    let mut cluster = RedisCluster::builder()
+        .replicas(1)
+        .node_timeout_ms(1000)
+        .start();
+    let urls = cluster.urls();
+    let all = urls.join(",");
+    rmq(
+        &all,
+        &["topic", "create", "jobs", "--kind", "priority", "--slots", "4"],
+    )
+    .success();
+    let input: String = (0..20)
+        .map(|i| format!("{{\"payload\":\"job-{i}\"}}\n"))
+        .collect();
+    let mut c = bin();
+    c.args(["--cluster", "--redis", &all, "send", "jobs", "--batch"]);
+    run(c, input.as_bytes()).success();
+    let slot: u16 = cluster
+        .cli(0, &["CLUSTER", "KEYSLOT", "rmq:topics"])
+        .trim()
+        .parse()
+        .expect("a hash slot");
+    let m = cluster.master_of_slot(slot).expect("a master serves it");
+    // Its replica has the registry before the master goes.
+    assert!(!cluster.replicas_of(m, std::time::Duration::from_secs(10)).is_empty());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let seeds: Vec<String> = urls
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != m)
+        .map(|(_, u)| u.clone())
+        .collect();
+    cluster.kill(m);
+    let r = rmq(&seeds.join(","), &["consume", "jobs", "--max", "20"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.stdout.lines().count(), 20, "{r:?}");
+    assert!(!r.stderr.contains("error"), "{r:?}");
+    let warnings = r.stderr.matches("no persistence").count();
+    assert!(warnings <= 1, "one warning per process: {r:?}");
+    assert!(r.stderr.lines().count() <= 4, "a quiet failover: {r:?}");
+}

@@ -248,3 +248,47 @@ fn joins_leaves_crashes_and_a_frozen_member_never_overlap_a_slot() {
         (Some(0), Some(0), Some(0))
     );
 }
+
+#[test]
+fn a_member_that_owns_no_slot_renews_nothing_and_stays_quiet() {
+    // Two members, one slot: one of them owns nothing. Its lease keeper has
+    // nothing to renew and must not fail at every tick (that noise would
+    // hide a real renewal failure).
+    let env = Env::new();
+    env.ok(&["topic", "create", "one", "--kind", "fixed-time", "--slots", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let members: Vec<(Child, std::path::PathBuf)> = (0..2)
+        .map(|i| {
+            let err = dir.path().join(format!("m{i}.err"));
+            let child = env
+                .cmd(&[
+                    "consume",
+                    "one",
+                    "--serial",
+                    "--group",
+                    "g",
+                    "--member-timeout",
+                    "600",
+                    "--slot-lease",
+                    "600",
+                    "--idle-exit",
+                    "2000",
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&err).unwrap())
+                .spawn()
+                .unwrap();
+            (child, err)
+        })
+        .collect();
+    for (mut child, err) in members {
+        let status = wait_limited(&mut child, Duration::from_secs(15)).expect("idle exit");
+        let said = std::fs::read_to_string(err).unwrap();
+        assert!(status.success(), "{said}");
+        assert!(
+            !said.contains("slot leases failed") && !said.contains("empty command"),
+            "a member with nothing to renew reported failures:\n{said}"
+        );
+    }
+}
