@@ -72,9 +72,11 @@ fn a_consumer_started_while_the_topic_registrys_master_fails_over_waits_and_cons
     // a consumer started a moment later must ride out the failover (node
     // timeout plus election) rather than exit with a redirect error, and
     // say what it has to say about the servers once, not per node or retry.
+    // A 5 s node time-out: the failover (~7 s) outlasts the Redis client's
+    // own burst of retries (~5 s), and stays inside rmq's 15 s window.
     let mut cluster = RedisCluster::builder()
         .replicas(1)
-        .node_timeout_ms(1000)
+        .node_timeout_ms(5000)
         .start();
     let urls = cluster.urls();
     let all = urls.join(",");
