@@ -168,7 +168,9 @@ fn init_tracing(verbose: u8) {
         // The Redis client's own reconnect chatter (a line per node and
         // try while a cluster fails over) only with -v: rmq says what
         // matters itself, once.
-        0 => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,redis=error")),
+        0 => {
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,redis=error"))
+        }
         1 => EnvFilter::new("info"),
         2 => EnvFilter::new("debug"),
         _ => EnvFilter::new("trace"),

@@ -82,7 +82,9 @@ fn a_consumer_started_while_the_topic_registrys_master_fails_over_waits_and_cons
     let all = urls.join(",");
     rmq(
         &all,
-        &["topic", "create", "jobs", "--kind", "priority", "--slots", "4"],
+        &[
+            "topic", "create", "jobs", "--kind", "priority", "--slots", "4",
+        ],
     )
     .success();
     let input: String = (0..20)
@@ -98,7 +100,9 @@ fn a_consumer_started_while_the_topic_registrys_master_fails_over_waits_and_cons
         .expect("a hash slot");
     let m = cluster.master_of_slot(slot).expect("a master serves it");
     // Its replica has the registry before the master goes.
-    assert!(!cluster.replicas_of(m, std::time::Duration::from_secs(10)).is_empty());
+    assert!(!cluster
+        .replicas_of(m, std::time::Duration::from_secs(10))
+        .is_empty());
     std::thread::sleep(std::time::Duration::from_millis(300));
     let seeds: Vec<String> = urls
         .iter()

@@ -255,7 +255,15 @@ fn a_member_that_owns_no_slot_renews_nothing_and_stays_quiet() {
     // nothing to renew and must not fail at every tick (that noise would
     // hide a real renewal failure).
     let env = Env::new();
-    env.ok(&["topic", "create", "one", "--kind", "fixed-time", "--slots", "1"]);
+    env.ok(&[
+        "topic",
+        "create",
+        "one",
+        "--kind",
+        "fixed-time",
+        "--slots",
+        "1",
+    ]);
     let dir = tempfile::tempdir().unwrap();
     let members: Vec<(Child, std::path::PathBuf)> = (0..2)
         .map(|i| {
