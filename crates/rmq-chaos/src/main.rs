@@ -5,7 +5,8 @@
 //! `produce` and `consume`) that append histories, injects faults from this
 //! process, waits for the queues to drain, reads the final state and runs
 //! the checker: one JSON object on stdout, one summary line on stderr, and
-//! a non-zero exit when an invariant is broken.
+//! a non-zero exit when an invariant is broken. A worker process left
+//! running at the end (see `procs`) breaks the run too.
 
 use std::process::ExitCode;
 
@@ -74,6 +75,10 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.cmd, Cmd::Produce(_) | Cmd::Consume(_)) {
+        // A worker outlives neither the harness nor a faketime above it.
+        procs::term_when_orphaned(std::time::Duration::from_secs(10));
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

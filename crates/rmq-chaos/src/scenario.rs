@@ -3,7 +3,8 @@
 //! Flow of every run: start a throwaway Redis (and the proxy), define the
 //! topics, start supervised consumers and the producers, inject faults
 //! while the producers run, wait for the queues to drain, stop the
-//! consumers, read the final state, check, print.
+//! consumers, check that no worker process (nor any child of one) is left
+//! running, read the final state, check, print.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -16,7 +17,7 @@ use rmq_test_support::{RedisCluster, RedisServer};
 use crate::checker::{check, Expectations, FinalState, Report};
 use crate::faults::{inject, Fault, Targets, SINGLE_NODE_MIX};
 use crate::history::{now_ms, read_dir, Event, Writer};
-use crate::procs::{spawn, Supervised};
+use crate::procs::{worker_command, Supervised, Workers};
 use crate::proxy::Proxy;
 use crate::workload::{planned, spec, TopicSettings, TOPICS};
 
@@ -339,6 +340,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
         }
         v
     };
+    let workers = Workers::new();
     let consumers: Vec<Supervised> = (0..sc.consumers)
         .map(|i| {
             let mut args = conn_args("consume");
@@ -354,7 +356,13 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
                     sc.settings.lease.as_millis().to_string(),
                 ]);
             }
-            Supervised::start(format!("consumer{i}"), args, dir.clone(), skew(sc, i))
+            Supervised::start(
+                &workers,
+                format!("consumer{i}"),
+                args,
+                dir.clone(),
+                skew(sc, i),
+            )
         })
         .collect();
     let per = sc.messages / sc.producers;
@@ -379,12 +387,12 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
         if let Some(n) = sc.durable {
             args.extend(["--durable".into(), n.to_string()]);
         }
-        producers.push(spawn(
+        let cmd = worker_command(
             &args,
             &dir.join(format!("producer{p}.jsonl")),
-            &dir.join(format!("producer{p}.log")),
             skew(sc, sc.consumers + p as usize),
-        )?);
+        )?;
+        producers.push(workers.spawn(cmd, &dir.join(format!("producer{p}.log")))?);
     }
 
     // Faults, from a blocking thread, while the producers run.
@@ -406,9 +414,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
         let t0 = Instant::now();
         let mut i = 0usize;
         loop {
-            let running = producers
-                .iter_mut()
-                .any(|p| matches!(p.try_wait(), Ok(None)));
+            let running = producers.iter_mut().any(|p| p.is_running());
             if !running {
                 break;
             }
@@ -487,13 +493,20 @@ pub async fn run(a: RunArgs) -> anyhow::Result<bool> {
     for c in consumers {
         c.stop(Duration::from_secs(10));
     }
+    // Every worker, and anything a worker started (faketime's child), is
+    // gone now: a survivor is a leak that fails the scenario.
+    let leftovers = workers.ensure_none_left(Duration::from_secs(3));
     let fin = final_state(&topics, &backend).await?;
     drop(backend);
 
     let events = read_dir(&dir)?;
     let exp = expectations(sc, a.seed, &events);
     let report = check(&events, &fin, &exp);
-    let (ok, verdicts) = verdict(sc, &report, &events, poison_crashes, drained);
+    let (mut ok, mut verdicts) = verdict(sc, &report, &events, poison_crashes, drained);
+    if let Err(leak) = leftovers {
+        ok = false;
+        verdicts.push(leak);
+    }
     let json = serde_json::json!({
         "scenario": sc.name,
         "seed": a.seed,

@@ -2,21 +2,32 @@
 //! (producers, consumers and the fault injector as separate processes), and
 //! each must end with the checker's verdict "ok". They run one at a time:
 //! two at once on a 2-core machine would measure the machine, not rmq.
+//!
+//! Each run also must leave no process behind: everything it starts (its
+//! workers, faketime's children, its redis-servers) inherits a tag in its
+//! environment, and a tagged process still alive after the run fails the
+//! test (and is killed).
 #![allow(clippy::unwrap_used)]
 
 use std::process::Command;
 use std::sync::Mutex;
+use std::time::Duration;
+
+use rmq_test_support::reap;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn scenario(name: &str) -> serde_json::Value {
     let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let out_dir = tempfile_dir(name);
+    let tag = format!("{name}-{}", std::process::id());
     let out = Command::new(env!("CARGO_BIN_EXE_rmq-chaos"))
         .args(["run", name, "--seed", "7", "--out"])
         .arg(&out_dir)
+        .env(TAG, &tag)
         .output()
         .unwrap();
+    let leaked = no_process_left(&tag);
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -24,8 +35,23 @@ fn scenario(name: &str) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("no JSON verdict ({e}): {stdout}\n{stderr}"));
     assert_eq!(json["ok"], true, "{json:#}");
     assert!(out.status.success());
+    assert!(leaked.is_empty(), "processes outlived the run: {leaked:?}");
     let _ = std::fs::remove_dir_all(&out_dir);
     json
+}
+
+/// The environment variable that marks everything one run started.
+const TAG: &str = "RMQ_CHAOS_TEST_RUN";
+
+/// Tagged processes still alive a few seconds after the run ended (each
+/// described), after killing them.
+fn no_process_left(tag: &str) -> Vec<String> {
+    let left = reap::wait_until_none(Duration::from_secs(3), || reap::with_env(TAG, tag));
+    for p in &left {
+        // Just seen alive with our tag: the PID is still that process.
+        reap::signal_pid(p.pid, "KILL");
+    }
+    left.iter().map(reap::Proc::describe).collect()
 }
 
 fn tempfile_dir(name: &str) -> std::path::PathBuf {

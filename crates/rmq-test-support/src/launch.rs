@@ -48,19 +48,37 @@ pub(crate) fn launch(config: &ServerConfig, port: u16, dir: &Path) -> Result<Chi
         })?;
     match wait_ready(&mut child, port, config.startup_timeout) {
         Ok(()) => Ok(child),
-        Err(e) => {
-            reap(&mut child);
-            Err(LaunchError::NotReady(e))
-        }
+        Err(e) => match reap(&mut child) {
+            Ok(()) => Err(LaunchError::NotReady(e)),
+            Err(stuck) => Err(LaunchError::Spawn(format!("{e}; {stuck}"))),
+        },
     }
 }
 
-/// SIGKILLs the child (if still running) and reaps it.
-pub(crate) fn reap(child: &mut Child) {
+/// How long a SIGKILLed server may take to be gone before we say so.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// SIGKILLs the child (if still running) and reaps it, so that its PID is
+/// gone for good. An error, naming the PID, if it has not exited
+/// [`KILL_WAIT`] after SIGKILL: it would be left running.
+pub(crate) fn reap(child: &mut Child) -> Result<(), String> {
     if let Ok(None) = child.try_wait() {
         let _ = child.kill();
     }
-    let _ = child.wait();
+    let deadline = Instant::now() + KILL_WAIT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) if Instant::now() < deadline => thread::sleep(POLL),
+            Ok(None) => {
+                return Err(format!(
+                    "redis-server pid {} still runs {KILL_WAIT:?} after SIGKILL",
+                    child.id()
+                ))
+            }
+            Err(e) => return Err(format!("cannot reap redis-server pid {}: {e}", child.id())),
+        }
+    }
 }
 
 fn open_stdio(dir: &Path) -> Result<File, String> {

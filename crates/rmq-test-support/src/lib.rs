@@ -29,6 +29,7 @@ mod launch;
 mod port;
 mod probe;
 mod proxy;
+pub mod reap;
 mod server;
 mod signal;
 

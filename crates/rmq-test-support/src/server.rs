@@ -28,8 +28,9 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// A `redis-server` on `127.0.0.1:<port>` with its own temporary directory.
 ///
-/// Dropping it SIGKILLs the process and deletes the directory; if the thread
-/// is panicking, the tail of the server log is printed to stderr first.
+/// Dropping it SIGKILLs the process by PID, waits until it is reaped (its
+/// PID gone) and deletes the directory, also while a test panics; if the
+/// thread is panicking, the tail of the server log is printed to stderr.
 #[derive(Debug)]
 pub struct RedisServer {
     child: Mutex<Option<Child>>,
@@ -123,9 +124,14 @@ impl RedisServer {
     }
 
     /// SIGKILLs the process and reaps it. No-op when stopped.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the process has not exited 10 s after SIGKILL (it would
+    /// be left running); while already panicking, says so on stderr.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.lock().take() {
-            reap(&mut child);
+            reap_or_panic(&mut child);
         }
     }
 
@@ -146,7 +152,7 @@ impl RedisServer {
                 thread::sleep(Duration::from_millis(5));
             }
         }
-        reap(&mut child);
+        reap_or_panic(&mut child);
     }
 
     /// Starts the server again on the same port and directory (reloading the
@@ -200,6 +206,18 @@ impl RedisServer {
 
     fn lock(&self) -> MutexGuard<'_, Option<Child>> {
         self.child.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Kills and reaps `child`; a server that outlives SIGKILL fails the test
+/// (or, during a panic, is reported on stderr: a second panic would abort).
+fn reap_or_panic(child: &mut Child) {
+    if let Err(e) = reap(child) {
+        if thread::panicking() {
+            eprintln!("{e}");
+        } else {
+            panic!("{e}");
+        }
     }
 }
 
