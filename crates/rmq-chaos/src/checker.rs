@@ -41,6 +41,9 @@ pub struct Report {
     /// outcome, and gone from the queue (not pending, in flight or dead):
     /// the ack went through.
     pub acks_unrecorded: usize,
+    /// Acks whose reply was lost and whose retry found the delivery ended
+    /// (`OutcomeUnknown`), and gone from the queue: the ack went through.
+    pub acks_unknown: usize,
     pub lost: usize,
     pub lost_ids: Vec<String>,
     pub unexpected: usize,
@@ -173,6 +176,7 @@ pub fn check(events: &[Event], fin: &FinalState, exp: &Expectations) -> Report {
             }
             "stale" => r.stale_acks_refused += 1,
             "fenced" => r.fenced_acks_refused += 1,
+            "unknown" => {}
             _ => r.settle_errors += 1,
         }
     }
@@ -195,6 +199,19 @@ pub fn check(events: &[Event], fin: &FinalState, exp: &Expectations) -> Report {
         {
             acked.insert(id);
             r.acks_unrecorded += 1;
+        }
+    }
+    // Acks of unknown outcome: the first try ran, or the lease ran out and
+    // the message went back. Gone from the queue, it was the first.
+    for &(id, _, _, _, result, _, _) in &ends {
+        if result == "unknown"
+            && !acked.contains(id)
+            && !dead.contains(id)
+            && !pending.contains(id)
+            && !in_flight.contains(id)
+        {
+            acked.insert(id);
+            r.acks_unknown += 1;
         }
     }
     r.acked = acked.len();
@@ -515,6 +532,24 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(run(ev, fin, true).serial_overlaps, 0);
+    }
+
+    #[test]
+    fn an_ack_of_unknown_outcome_counts_as_acked_when_the_message_is_gone() {
+        let mut ev = send("a");
+        ev.extend([deliver("a", 1, 110, 110), end("a", 1, 150, "unknown")]);
+        let r = run(ev.clone(), FinalState::default(), false);
+        assert_eq!(
+            (r.lost, r.acks_unknown, r.acked, r.settle_errors),
+            (0, 1, 1, 0)
+        );
+        // Still pending (the lease ran out first): not an ack.
+        let fin = FinalState {
+            pending: ["a".to_string()].into(),
+            ..Default::default()
+        };
+        let r = run(ev, fin, false);
+        assert_eq!((r.lost, r.acks_unknown, r.acked), (0, 0, 0));
     }
 
     #[test]

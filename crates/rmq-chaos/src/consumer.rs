@@ -95,6 +95,9 @@ pub async fn run(a: ConsumeArgs) -> anyhow::Result<()> {
                         Ok(()) => "ack".to_string(),
                         Err(e) if e.kind() == ErrorKind::StaleDelivery => "stale".into(),
                         Err(e) if e.kind() == ErrorKind::Fenced => "fenced".into(),
+                        // The ack's reply was lost and its retry found the
+                        // delivery ended: it may have run.
+                        Err(e) if e.kind() == ErrorKind::OutcomeUnknown => "unknown".into(),
                         Err(e) => format!("error: {e}"),
                     };
                     lock(&w).write(&Event::End {

@@ -5,7 +5,7 @@
 //! checked against the topic before the first message is sent, so a typo on
 //! line 9000 does not leave 8999 messages sent. (The library checks each
 //! `send_batch` call only; the CLI sends in chunks of 1000 to show progress,
-//! so it repeats the library's checks here, see [`check`].) What the server
+//! so it repeats the library's checks here, see `check` below.) What the server
 //! alone can refuse (a due time in the past by its clock) is reported per
 //! message after sending.
 

@@ -16,17 +16,20 @@
 -- Returns: { now, head score or false, next retry ms or false, next lease deadline or false,
 --            reclaimed count, then per message: delivery id, payload }
 --   head is false when the caller may not take now: in serial mode while something of
---   the slot is in flight; in parallel mode while a serial owner leases the slot, and
---   then "next retry" is false and "next lease deadline" is the earlier of the slot
---   lease's end and the first in-flight deadline, so the caller sleeps until then
---   (or a notice) instead of asking again at once.
+--   the slot is in flight; when a parallel caller asks to take (count > 0) while a
+--   serial owner leases the slot, and then "next retry" is false and "next lease
+--   deadline" is the earlier of the slot lease's end and the first in-flight deadline,
+--   so the caller sleeps until then (or a notice) instead of asking again at once.
+--   A look (count 0) reports the slot as it is: serial consumers look at their own
+--   leased slots that way.
 -- A delivery id is "<token>,<attempt>,<score>|<key>" (see common.lua); settle
 -- takes it back to name the delivery.
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
 local kind = ARGV[1]
 -- At most 1000 per call: Lua's unpack is limited (about 8000 values).
-local count = math.min(tonumber(ARGV[2]) or 0, 1000)
+local wanted = math.min(tonumber(ARGV[2]) or 0, 1000)
+local count = wanted
 local lease = tonumber(ARGV[3])
 local cfg = {
   max_attempts = tonumber(ARGV[4]),
@@ -170,7 +173,7 @@ end
 
 local _, qs = head(kind)
 local retry_at, flight_at = first_score(K.r), first_score(K.f)
-if owner == '' and leased then
+if owner == '' and leased and wanted > 0 then
   -- A serial owner's slot: nothing to take here before its lease ends.
   qs, retry_at = nil, false
   if not flight_at or leased_until < flight_at then
