@@ -142,14 +142,13 @@ fn redis_error_is_transient(e: &redis::RedisError) -> bool {
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
         let detail = e.detail().unwrap_or_default().to_string();
-        let (kind, message) = if e.code() == Some("RMQ_FENCED") || detail.starts_with("RMQ_FENCED")
-        {
+        let named = crate::scripts::codes::error_kind(e.code(), &detail);
+        let (kind, message) = if named == Some(ErrorKind::Fenced) {
             (
                 ErrorKind::Fenced,
                 format!("refused by fencing: {detail}; another consumer owns the slot now"),
             )
-        } else if e.code() == Some("RMQ_WRONGTYPE")
-            || detail.starts_with("RMQ_WRONGTYPE")
+        } else if named == Some(ErrorKind::WrongType)
             // A script's typed read of a foreign key, before any write.
             || e.code() == Some("WRONGTYPE")
         {
@@ -159,6 +158,11 @@ impl From<redis::RedisError> for Error {
                     "a queue key holds a value of a foreign type ({detail}); nothing was written. \
                      Another program wrote to rmq's keys: check the key prefix"
                 ),
+            )
+        } else if named == Some(ErrorKind::InvalidArgument) {
+            (
+                ErrorKind::InvalidArgument,
+                format!("a script refused its arguments: {detail}; nothing was changed"),
             )
         } else if e.is_io_error()
             || e.is_connection_dropped()

@@ -85,6 +85,7 @@ mod admin;
 mod client;
 mod conn;
 mod consumer;
+mod context;
 mod error;
 mod group;
 mod keys;

@@ -60,62 +60,9 @@ impl Topic {
     /// first: if any is invalid, the call is refused and nothing is written.
     /// Messages with the same key in one batch merge in order.
     pub async fn send_batch(&self, messages: &[Message]) -> Result<BatchReport> {
-        let spec = &self.spec;
-        if messages.len() > MAX_BATCH {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!(
-                    "a batch of {} messages is too large: send at most {MAX_BATCH} per call; nothing was sent",
-                    messages.len()
-                ),
-            ));
-        }
-        let mut specs = Vec::with_capacity(messages.len());
-        for (i, m) in messages.iter().enumerate() {
-            let s = m.spec_for(spec).map_err(|e| {
-                if messages.len() == 1 {
-                    e
-                } else {
-                    Error::new(e.kind(), format!("message {i}: {e}; nothing was sent"))
-                }
-            })?;
-            specs.push(s);
-        }
-        // Group by slot, keeping order within a slot.
-        let mut by_slot: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        let mut slots = Vec::with_capacity(messages.len());
-        for (i, m) in messages.iter().enumerate() {
-            let slot = self.slot_of(m.basis());
-            slots.push(slot);
-            by_slot.entry(slot).or_default().push(i);
-        }
-        let max_payload = spec.max_payload_bytes.to_string();
-        let tolerance = spec.past_tolerance_ms.to_string();
-        // The calls of each slot, in message order (a slot with more than
-        // PER_CALL messages gets several).
-        let mut per_slot: Vec<Vec<(redis::Cmd, Vec<usize>)>> = Vec::new();
-        for (slot, idxs) in &by_slot {
-            let keys = self.slot_keys(*slot);
-            let slot_s = slot.to_string();
-            let channel = self.channel_for(*slot);
-            let mut chunks = Vec::new();
-            for chunk in idxs.chunks(PER_CALL) {
-                let mut args: Vec<&[u8]> = vec![
-                    spec.kind.code().as_bytes(),
-                    max_payload.as_bytes(),
-                    tolerance.as_bytes(),
-                    channel.as_bytes(),
-                    slot_s.as_bytes(),
-                ];
-                for &i in chunk {
-                    args.push(messages[i].merge_key());
-                    args.push(specs[i].as_bytes());
-                    args.push(messages[i].payload());
-                }
-                chunks.push((scripts::call(ScriptId::Send, &keys, &args), chunk.to_vec()));
-            }
-            per_slot.push(chunks);
-        }
+        let specs = self.check_batch(messages)?;
+        let slots: Vec<u32> = messages.iter().map(|m| self.slot_of(m.basis())).collect();
+        let per_slot = self.send_calls(messages, &specs, &slots);
         let mut results: Vec<Option<Result<Sent>>> = (0..messages.len()).map(|_| None).collect();
         for (n, round) in in_order_rounds(per_slot).into_iter().enumerate() {
             let (calls, members): (Vec<_>, Vec<_>) = round
@@ -139,31 +86,7 @@ impl Topic {
                 }
             };
             for ((reply, acked), members) in replies.into_iter().zip(members) {
-                match reply {
-                    Ok(v) => {
-                        let codes = items(v);
-                        for (j, &i) in members.iter().enumerate() {
-                            let code = int_at(&codes, j + 1).unwrap_or(-3);
-                            let sent = decode(
-                                code,
-                                slots[i],
-                                spec.max_payload_bytes,
-                                spec.past_tolerance_ms,
-                            );
-                            results[i] = Some(sent.and_then(|s| self.check_replicated(s, acked)));
-                        }
-                    }
-                    Err(e) => {
-                        // Later calls of this slot are not sent: they would
-                        // overtake this one if it ran after all.
-                        let slot = members.first().map(|&i| slots[i]);
-                        for (i, r) in results.iter_mut().enumerate() {
-                            if r.is_none() && Some(slots[i]) == slot {
-                                *r = Some(Err(e.duplicate()));
-                            }
-                        }
-                    }
-                }
+                self.record(reply, acked, &members, &slots, &mut results);
             }
         }
         Ok(BatchReport {
@@ -176,6 +99,110 @@ impl Topic {
                 })
                 .collect(),
         })
+    }
+
+    /// Checks every message before anything is sent; returns each one's
+    /// spec argument (priority, due time or range, as the script takes it).
+    fn check_batch(&self, messages: &[Message]) -> Result<Vec<String>> {
+        if messages.len() > MAX_BATCH {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "a batch of {} messages is too large: send at most {MAX_BATCH} per call; nothing was sent",
+                    messages.len()
+                ),
+            ));
+        }
+        messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                m.spec_for(&self.spec).map_err(|e| {
+                    if messages.len() == 1 {
+                        e
+                    } else {
+                        Error::new(e.kind(), format!("message {i}: {e}; nothing was sent"))
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// The send calls of each slot, in message order (a slot with more
+    /// than `PER_CALL` messages gets several), each with its messages.
+    fn send_calls(
+        &self,
+        messages: &[Message],
+        specs: &[String],
+        slots: &[u32],
+    ) -> Vec<Vec<(redis::Cmd, Vec<usize>)>> {
+        let mut by_slot: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, &slot) in slots.iter().enumerate() {
+            by_slot.entry(slot).or_default().push(i);
+        }
+        let kind = self.spec.kind.code();
+        let max_payload = self.spec.max_payload_bytes.to_string();
+        let tolerance = self.spec.past_tolerance_ms.to_string();
+        let mut per_slot = Vec::with_capacity(by_slot.len());
+        for (slot, idxs) in &by_slot {
+            let keys = self.slot_keys(*slot);
+            let slot_s = slot.to_string();
+            let channel = self.channel_for(*slot);
+            let mut chunks = Vec::new();
+            for chunk in idxs.chunks(PER_CALL) {
+                let mut args: Vec<&[u8]> = vec![
+                    kind.as_bytes(),
+                    max_payload.as_bytes(),
+                    tolerance.as_bytes(),
+                    channel.as_bytes(),
+                    slot_s.as_bytes(),
+                ];
+                for &i in chunk {
+                    args.push(messages[i].merge_key());
+                    args.push(specs[i].as_bytes());
+                    args.push(messages[i].payload());
+                }
+                chunks.push((scripts::call(ScriptId::Send, &keys, &args), chunk.to_vec()));
+            }
+            per_slot.push(chunks);
+        }
+        per_slot
+    }
+
+    /// Records one send call's reply for its messages. A failed call fails
+    /// the later calls of its slot too: they would overtake it if it ran
+    /// after all.
+    fn record(
+        &self,
+        reply: Result<redis::Value>,
+        acked: Option<u32>,
+        members: &[usize],
+        slots: &[u32],
+        results: &mut [Option<Result<Sent>>],
+    ) {
+        match reply {
+            Ok(v) => {
+                let codes = items(v);
+                for (j, &i) in members.iter().enumerate() {
+                    let code = int_at(&codes, j + 1).unwrap_or(-3);
+                    let sent = crate::scripts::codes::sent(
+                        code,
+                        slots[i],
+                        self.spec.max_payload_bytes,
+                        self.spec.past_tolerance_ms,
+                    );
+                    results[i] = Some(sent.and_then(|s| self.check_replicated(s, acked)));
+                }
+            }
+            Err(e) => {
+                let slot = members.first().map(|&i| slots[i]);
+                for (i, r) in results.iter_mut().enumerate() {
+                    if r.is_none() && Some(slots[i]) == slot {
+                        *r = Some(Err(e.duplicate()));
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -219,40 +246,6 @@ impl Topic {
                 want.timeout_ms
             ),
         ))
-    }
-}
-
-fn decode(code: i64, slot: u32, max_payload: u64, tolerance: u64) -> Result<Sent> {
-    match code {
-        1 => Ok(Sent {
-            slot,
-            merged: false,
-            behind_in_flight: false,
-            replicas: None,
-        }),
-        2 => Ok(Sent {
-            slot,
-            merged: true,
-            behind_in_flight: false,
-            replicas: None,
-        }),
-        3 => Ok(Sent {
-            slot,
-            merged: false,
-            behind_in_flight: true,
-            replicas: None,
-        }),
-        4 => Ok(Sent {
-            slot,
-            merged: true,
-            behind_in_flight: true,
-            replicas: None,
-        }),
-        c => Err(Error::from_send_code(
-            c,
-            usize::try_from(max_payload).unwrap_or(usize::MAX),
-            tolerance,
-        )),
     }
 }
 

@@ -302,7 +302,7 @@ mod tests {
 /// A defined topic: send to it, consume from it, inspect it. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Topic {
-    pub(crate) client: crate::Client,
+    pub(crate) ctx: std::sync::Arc<crate::context::Context>,
     pub(crate) spec: std::sync::Arc<TopicSpec>,
     pub(crate) channel: std::sync::Arc<str>,
     pub(crate) args: std::sync::Arc<ScriptArgs>,
@@ -322,8 +322,8 @@ pub(crate) struct ScriptArgs {
 }
 
 impl Topic {
-    pub(crate) fn new(client: crate::Client, spec: TopicSpec) -> Topic {
-        let channel = crate::keys::wake_channel(client.prefix(), &spec.name).into();
+    pub(crate) fn new(ctx: std::sync::Arc<crate::context::Context>, spec: TopicSpec) -> Topic {
+        let channel = crate::keys::wake_channel(&ctx.prefix, &spec.name).into();
         let args = std::sync::Arc::new(ScriptArgs {
             kind: spec.kind.code(),
             lease: spec.lease_ms.to_string(),
@@ -333,7 +333,7 @@ impl Topic {
             dead_max: spec.dead_letters_per_slot.to_string(),
         });
         Topic {
-            client,
+            ctx,
             spec: std::sync::Arc::new(spec),
             channel,
             args,
@@ -356,7 +356,7 @@ impl Topic {
     pub fn durable(&self, replicas: u32, timeout: std::time::Duration) -> Topic {
         let mut t = self.clone();
         t.durability = Some(crate::conn::WaitFor {
-            aof: self.client.inner.redis.waitaof,
+            aof: self.ctx.redis.waitaof,
             replicas,
             timeout_ms: u64::try_from(timeout.min(crate::conn::MAX_WAIT).as_millis())
                 .unwrap_or(60_000)
@@ -392,16 +392,16 @@ impl Topic {
     }
 
     pub(crate) fn slot_keys(&self, slot: u32) -> [String; 10] {
-        crate::keys::slot_keys(self.client.prefix(), &self.spec.name, slot, self.spec.slots)
+        crate::keys::slot_keys(&self.ctx.prefix, &self.spec.name, slot, self.spec.slots)
     }
 
     /// The channel on which scripts working on `slot` announce a new head:
     /// the topic's one channel on a single node, the sharded channel of the
     /// slot's hash tag on a cluster.
     pub(crate) fn channel_for(&self, slot: u32) -> std::borrow::Cow<'_, str> {
-        if self.client.is_cluster() {
+        if self.ctx.is_cluster() {
             let tag = crate::keys::slot_tag(&self.spec.name, slot, self.spec.slots);
-            crate::keys::sharded_wake_channel(self.client.prefix(), &self.spec.name, tag).into()
+            crate::keys::sharded_wake_channel(&self.ctx.prefix, &self.spec.name, tag).into()
         } else {
             std::borrow::Cow::Borrowed(&self.channel)
         }
@@ -417,7 +417,12 @@ impl Topic {
         all
     }
 
-    pub(crate) fn redis(&self) -> &crate::client::Redis {
-        &self.client.inner.redis
+    pub(crate) fn redis(&self) -> &crate::conn::Redis {
+        &self.ctx.redis
+    }
+
+    /// The key prefix (namespace).
+    pub(crate) fn prefix(&self) -> &str {
+        &self.ctx.prefix
     }
 }

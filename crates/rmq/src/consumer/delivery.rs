@@ -10,59 +10,14 @@
 use std::future::Future;
 use std::ops::Deref;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
-use tokio_util::sync::CancellationToken;
 
 use super::settler::{Op, Settled, Settler};
-use super::Shared;
 use crate::error::{Error, ErrorKind, Result};
-use crate::group::Fence;
+use crate::group::{Claim, Fence};
 use crate::message::Received;
-
-/// Serial mode: a delivery's hold on its slot. While it lives the slot is
-/// busy (nothing else of it is taken here); dropping it frees the slot.
-pub(crate) struct Claim {
-    shared: Arc<Shared>,
-    slot: u32,
-    fence: Fence,
-    lost: CancellationToken,
-}
-
-impl Claim {
-    /// Marks the slot busy; None when the slot is not owned at this epoch.
-    pub(crate) fn take(shared: &Arc<Shared>, slot: u32, fence: Fence) -> Option<Claim> {
-        let own = shared.ownership.as_ref()?;
-        let mut o = shared.own(own);
-        let s = o.slots.get_mut(&slot).filter(|s| s.epoch == fence.epoch)?;
-        s.busy = true;
-        let lost = s.lost.clone();
-        drop(o);
-        Some(Claim {
-            shared: shared.clone(),
-            slot,
-            fence,
-            lost,
-        })
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        if let Some(own) = self.shared.ownership.as_ref() {
-            if let Some(s) = self.shared.own(own).slots.get_mut(&self.slot) {
-                if s.epoch == self.fence.epoch {
-                    s.busy = false;
-                }
-            }
-        }
-        // The slot may have more work now that its delivery ended.
-        self.shared.schedule().wake_at(self.slot, 0);
-        self.shared.notify.notify_one();
-    }
-}
 
 /// Serial mode: the slot's lease was lost while a handler ran (see
 /// [`Delivery::while_held`]); the message goes to the slot's new owner.
@@ -105,7 +60,7 @@ impl Delivery {
         permit: Option<OwnedSemaphorePermit>,
         claim: Option<Claim>,
     ) -> Self {
-        let fence = claim.as_ref().map(|c| c.fence.clone());
+        let fence = claim.as_ref().map(|c| c.fence().clone());
         let mut msg = msg;
         if let Some(f) = &fence {
             msg.fence = Some(f.epoch);
@@ -139,7 +94,7 @@ impl Delivery {
     /// parallel mode.
     pub async fn lease_lost(&self) {
         match &self.claim {
-            Some(c) => c.lost.cancelled().await,
+            Some(c) => c.lost().await,
             None => std::future::pending().await,
         }
     }

@@ -11,14 +11,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use super::delivery::{Claim, Delivery};
+use super::delivery::Delivery;
 use super::settler::Settler;
 use super::Shared;
 use crate::error::ErrorKind;
-use crate::group::Fence;
+use crate::group::{Claim, Fence};
 use crate::message::Received;
 use crate::scripts::{self, ScriptId};
 use crate::topic::{Topic, TopicKind, TopicSpec};
@@ -80,146 +80,195 @@ pub(crate) async fn fetch_loop(
     cfg: FetchConfig,
     cancel: CancellationToken,
 ) {
-    let spec = topic.spec().clone();
     let serial = shared.ownership.is_some();
-    let mut last_rescan = Instant::now();
-    let mut error_backoff = Duration::from_millis(50);
+    let mut f = Fetcher {
+        topic,
+        shared,
+        settler,
+        permits,
+        tx,
+        cfg,
+        cancel,
+        serial,
+        last_rescan: Instant::now(),
+        error_backoff: Duration::from_millis(50),
+    };
+    // Each round: room for deliveries, then slots with work, then one pop
+    // per slot in one round trip, then hand the messages out.
     loop {
+        let Some(held) = f.gather().await else { return };
+        let Some(slots) = f.wait_for_work().await else {
+            return;
+        };
+        match f.pop(&slots, held.len()).await {
+            Ok(out) => f.hand_out(out, held).await,
+            Err(e) => {
+                tracing::warn!(topic = %f.topic.name(), "taking messages failed, will retry: {e}");
+                drop(held);
+                if !f.back_off().await {
+                    return;
+                }
+                f.shared.lock().mark_all();
+            }
+        }
+    }
+}
+
+/// The fetch loop's state.
+struct Fetcher {
+    topic: Topic,
+    shared: Arc<Shared>,
+    settler: Settler,
+    permits: Arc<Semaphore>,
+    tx: mpsc::Sender<Delivery>,
+    cfg: FetchConfig,
+    cancel: CancellationToken,
+    serial: bool,
+    last_rescan: Instant,
+    error_backoff: Duration,
+}
+
+impl Fetcher {
+    /// Room for deliveries: one permit per delivery to hand out, at least
+    /// one, at most a batch. None once cancelled.
+    async fn gather(&self) -> Option<Vec<OwnedSemaphorePermit>> {
         let first = tokio::select! {
-            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-            _ = cancel.cancelled() => return,
+            p = self.permits.clone().acquire_owned() => p.ok()?,
+            _ = self.cancel.cancelled() => return None,
         };
         let mut held = vec![first];
-        while held.len() < cfg.batch {
-            match permits.clone().try_acquire_owned() {
+        while held.len() < self.cfg.batch {
+            match self.permits.clone().try_acquire_owned() {
                 Ok(p) => held.push(p),
                 Err(_) => break,
             }
         }
         // Under load (other deliveries still running), wait up to a
         // millisecond for half a batch: fewer, fuller round trips.
-        let target = (cfg.batch / 2).max(1);
-        if !serial
+        let target = (self.cfg.batch / 2).max(1);
+        if !self.serial
             && held.len() < target
-            && permits.available_permits() + held.len() < cfg.concurrency
+            && self.permits.available_permits() + held.len() < self.cfg.concurrency
         {
             let deadline = tokio::time::Instant::now() + GATHER;
             while held.len() < target {
                 tokio::select! {
-                    p = permits.clone().acquire_owned() => match p { Ok(p) => held.push(p), Err(_) => return },
+                    p = self.permits.clone().acquire_owned() => held.push(p.ok()?),
                     _ = tokio::time::sleep_until(deadline) => break,
-                    _ = cancel.cancelled() => return,
+                    _ = self.cancel.cancelled() => return None,
                 }
             }
         }
-        // Wait for a slot with work.
-        let slots = loop {
-            if cancel.is_cancelled() {
-                return;
+        Some(held)
+    }
+
+    /// Waits for slots with work: surveys slots it knows nothing of, then
+    /// sleeps until the earliest known due time, a notice or the next
+    /// rescan. None once cancelled.
+    async fn wait_for_work(&mut self) -> Option<Vec<u32>> {
+        loop {
+            if self.cancel.is_cancelled() {
+                return None;
             }
-            if last_rescan.elapsed() >= cfg.rescan {
-                shared.lock().mark_all();
-                last_rescan = Instant::now();
+            if self.last_rescan.elapsed() >= self.cfg.rescan {
+                self.shared.lock().mark_all();
+                self.last_rescan = Instant::now();
             }
-            let unknown = shared.lock().unknown();
-            if !unknown.is_empty() && !survey(&topic, &shared, &unknown).await {
-                tokio::select! {
-                    _ = tokio::time::sleep(error_backoff) => {}
-                    _ = cancel.cancelled() => return,
+            let unknown = self.shared.lock().unknown();
+            if !unknown.is_empty() && !survey(&self.topic, &self.shared, &unknown).await {
+                if !self.back_off().await {
+                    return None;
                 }
-                error_backoff = (error_backoff * 2).min(Duration::from_secs(2));
                 continue;
             }
-            let fanout = if spec.kind == TopicKind::Priority && !serial {
+            let fanout = if self.topic.kind() == TopicKind::Priority && !self.serial {
                 1
             } else {
                 FANOUT
             };
-            let allowed = shared.ownership.as_ref().map(|o| shared.own(o).takeable());
+            let allowed = self
+                .shared
+                .ownership
+                .as_ref()
+                .map(|o| self.shared.own(o).takeable());
             let (ready, wait) = {
-                let s = shared.lock();
+                let s = self.shared.lock();
                 (
                     s.ready(fanout, allowed.as_ref()),
                     s.ms_until_next(allowed.as_ref()),
                 )
             };
             if !ready.is_empty() {
-                break ready;
+                return Some(ready);
             }
-            let until_rescan = cfg.rescan.saturating_sub(last_rescan.elapsed());
+            let until_rescan = self.cfg.rescan.saturating_sub(self.last_rescan.elapsed());
             let sleep = wait
                 .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
                 .unwrap_or(until_rescan)
                 .min(until_rescan);
             tokio::select! {
-                _ = shared.notify.notified() => {}
+                _ = self.shared.notify.notified() => {}
                 _ = tokio::time::sleep(sleep) => {}
-                _ = cancel.cancelled() => return,
+                _ = self.cancel.cancelled() => return None,
             }
-        };
-        // Share the capacity among the slots, best first (serial: one each).
-        let cap = held.len();
+        }
+    }
+
+    /// Sleeps the error backoff (doubling up to 2 s). False once cancelled.
+    async fn back_off(&mut self) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep(self.error_backoff) => {}
+            _ = self.cancel.cancelled() => return false,
+        }
+        self.error_backoff = (self.error_backoff * 2).min(Duration::from_secs(2));
+        true
+    }
+
+    /// Pops the chosen slots in one round trip, sharing `cap` deliveries
+    /// among them, best first (serial: one each, fenced), and records what
+    /// each reply says of its slot. Err: the round trip failed.
+    async fn pop(
+        &mut self,
+        slots: &[u32],
+        cap: usize,
+    ) -> crate::error::Result<Vec<(Received, Option<Fence>)>> {
         let n = slots.len().min(cap);
         let mut fences = Vec::with_capacity(n);
         let mut calls = Vec::with_capacity(n);
         let mut chosen = Vec::with_capacity(n);
         for (i, &slot) in slots.iter().take(n).enumerate() {
-            let fence = shared
+            let fence = self
+                .shared
                 .ownership
                 .as_ref()
-                .and_then(|o| shared.own(o).fence(slot));
-            if serial && fence.is_none() {
+                .and_then(|o| self.shared.own(o).fence(slot));
+            if self.serial && fence.is_none() {
                 continue; // lost since it was chosen: never pop it unfenced
             }
-            let count = if serial {
+            let count = if self.serial {
                 1
             } else {
                 cap / n + usize::from(i < cap % n)
             };
             chosen.push(slot);
-            calls.push(pop_call(&topic, slot, count, fence.as_ref()));
+            calls.push(pop_call(&self.topic, slot, count, fence.as_ref()));
             fences.push(fence);
         }
-        let since = shared.lock().generation();
-        let replies = match topic.redis().run(calls).await {
-            Ok(r) => {
-                error_backoff = Duration::from_millis(50);
-                r
-            }
-            Err(e) => {
-                tracing::warn!(topic = %spec.name, "taking messages failed, will retry: {e}");
-                drop(held);
-                tokio::select! {
-                    _ = tokio::time::sleep(error_backoff) => {}
-                    _ = cancel.cancelled() => return,
-                }
-                error_backoff = (error_backoff * 2).min(Duration::from_secs(2));
-                shared.lock().mark_all();
-                continue;
-            }
-        };
+        let since = self.shared.lock().generation();
+        let replies = self.topic.redis().run(calls).await?;
+        self.error_backoff = Duration::from_millis(50);
         let mut out = Vec::new();
         for ((&slot, reply), fence) in chosen.iter().zip(replies).zip(fences) {
             let a = match reply {
                 Ok(v) => items(v),
                 Err(e) => {
-                    if e.kind() == ErrorKind::Fenced {
-                        tracing::info!(topic = %spec.name, slot, "slot lease lost: {e}");
-                        if let (Some(o), Some(f)) = (shared.ownership.as_ref(), fence.as_ref()) {
-                            shared.own(o).lose_epoch(slot, f.epoch);
-                        }
-                    } else {
-                        tracing::error!(topic = %spec.name, slot, "taking messages failed: {e}");
-                        let mut s = shared.lock();
-                        let now = s.server_now();
-                        s.after_pop(slot, since, None, None, Some(now + 1_000), now);
-                    }
+                    self.pop_failed(slot, since, fence.as_ref(), &e);
                     continue;
                 }
             };
-            let popped = parse_pop(&spec, slot, a);
+            let popped = parse_pop(self.topic.spec(), slot, a);
             {
-                let mut s = shared.lock();
+                let mut s = self.shared.lock();
                 s.observe_server_time(popped.now);
                 s.after_pop(
                     slot,
@@ -234,17 +283,48 @@ pub(crate) async fn fetch_loop(
                 out.push((msg, fence.clone()));
             }
         }
+        Ok(out)
+    }
+
+    /// One slot's pop was refused: a lost lease (serial) gives the slot up;
+    /// anything else makes the slot wait a second.
+    fn pop_failed(&self, slot: u32, since: u64, fence: Option<&Fence>, e: &crate::error::Error) {
+        let topic = self.topic.name();
+        if e.kind() == ErrorKind::Fenced {
+            tracing::info!(topic, slot, "slot lease lost: {e}");
+            if let (Some(o), Some(f)) = (self.shared.ownership.as_ref(), fence) {
+                self.shared.own(o).lose_epoch(slot, f.epoch);
+            }
+        } else {
+            tracing::error!(topic, slot, "taking messages failed: {e}");
+            let mut s = self.shared.lock();
+            let now = s.server_now();
+            s.after_pop(slot, since, None, None, Some(now + 1_000), now);
+        }
+    }
+
+    /// Hands each message out as a delivery holding one permit (serial:
+    /// and a claim on its slot). A message whose slot lease was given up
+    /// while the pop was on its way goes back under its fence.
+    async fn hand_out(
+        &self,
+        out: Vec<(Received, Option<Fence>)>,
+        mut held: Vec<OwnedSemaphorePermit>,
+    ) {
         for (msg, fence) in out {
             let permit = held.pop();
             let slot = msg.slot;
             let d = match fence {
-                None => Delivery::new(msg, settler.clone(), permit, None),
-                Some(f) => match Claim::take(&shared, slot, f.clone()) {
-                    Some(claim) => Delivery::new(msg, settler.clone(), permit, Some(claim)),
+                None => Delivery::new(msg, self.settler.clone(), permit, None),
+                Some(f) => match self
+                    .shared
+                    .ownership
+                    .as_ref()
+                    .and_then(|own| Claim::take(own, self.shared.clone(), slot, f.clone()))
+                {
+                    Some(claim) => Delivery::new(msg, self.settler.clone(), permit, Some(claim)),
                     None => {
-                        // The lease was given up while the pop was on its way:
-                        // hand nothing out, give the message back under its fence.
-                        let _ = Delivery::new(msg, settler.clone(), None, None)
+                        let _ = Delivery::new(msg, self.settler.clone(), None, None)
                             .with_fence(f)
                             .release()
                             .await;
@@ -252,7 +332,7 @@ pub(crate) async fn fetch_loop(
                     }
                 },
             };
-            if let Err(mpsc::error::SendError(d)) = tx.send(d).await {
+            if let Err(mpsc::error::SendError(d)) = self.tx.send(d).await {
                 let _ = d.release().await;
             }
         }

@@ -210,21 +210,7 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
                     Ok(v) => {
                         let codes = items(v);
                         for (i, r) in group.into_iter().enumerate() {
-                            let res = match int_at(&codes, i + 1) {
-                                Some(1) => Ok(Settled::Done),
-                                Some(2) => Ok(Settled::Dead),
-                                Some(3) => Ok(Settled::Superseded),
-                                Some(-2) => Err(Error::new(
-                                    ErrorKind::Fenced,
-                                    "refused by fencing: this consumer no longer holds the slot's lease \
-                                     (another consumer owns it now): nothing was changed",
-                                )),
-                                _ => Err(Error::new(
-                                    ErrorKind::StaleDelivery,
-                                    "this delivery is no longer current (its lease expired and the message \
-                                     was rolled back or delivered again): nothing was changed",
-                                )),
-                            };
+                            let res = crate::scripts::codes::settled(int_at(&codes, i + 1));
                             if let Some(tx) = r.reply {
                                 let _ = tx.send(res);
                             }

@@ -10,14 +10,13 @@
 //! released) and the slot has nothing in flight.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{assign, Coordinator, Fence, SerialConfig};
-use crate::consumer::Shared;
+use super::{assign, Coordinator, Fence, SerialConfig, SlotEvents};
 use crate::scripts::{self, ScriptId};
 use crate::topic::Topic;
 use crate::value::{int_at, items};
@@ -103,10 +102,99 @@ impl Ownership {
     }
 }
 
+/// What to do with one slot's lease this round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Plan {
     Acquire,
     Renew(u64),
     Release(u64),
+}
+
+/// Decides this round's lease calls. `desired`: the slots this member
+/// should own (None: membership is unknown this round, so keep what is
+/// owned and take nothing new); `leaving`: the consumer is shutting down.
+/// A slot no longer desired is released, but renewed while one of its
+/// deliveries is out (a handover never overlaps two handlers) unless the
+/// consumer is leaving. Marks those slots as leaving (nothing more is
+/// taken from them).
+fn plan(o: &mut Ownership, desired: Option<&HashSet<u32>>, leaving: bool) -> Vec<(u32, Plan)> {
+    let mut plans = Vec::new();
+    for (&slot, s) in o.slots.iter_mut() {
+        s.leaving = desired.is_some_and(|d| !d.contains(&slot));
+        if !s.leaving || (s.busy && !leaving) {
+            plans.push((slot, Plan::Renew(s.epoch)));
+        } else {
+            plans.push((slot, Plan::Release(s.epoch)));
+        }
+    }
+    for &slot in desired.into_iter().flatten() {
+        if !o.slots.contains_key(&slot) {
+            plans.push((slot, Plan::Acquire));
+        }
+    }
+    plans.sort_by_key(|(slot, _)| *slot);
+    plans
+}
+
+/// What `lease.lua` answered for one slot: its code (1 granted, 2 release
+/// refused while in flight, 0 refused) and, when granted, the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LeaseAnswer {
+    code: Option<i64>,
+    epoch: Option<u64>,
+}
+
+impl LeaseAnswer {
+    fn of(v: redis::Value) -> LeaseAnswer {
+        let a = items(v);
+        LeaseAnswer {
+            code: int_at(&a, 0),
+            epoch: int_at(&a, 1).and_then(|e| u64::try_from(e).ok()),
+        }
+    }
+}
+
+/// Applies this round's answers (None: that call failed) to the ownership;
+/// a granted lease counts locally until `valid_until`. Returns the slots
+/// newly acquired. A refused renewal or a release loses the slot (its
+/// handlers are stopped); a release refused while a delivery is in flight
+/// keeps it.
+fn apply(
+    o: &mut Ownership,
+    plans: Vec<(u32, Plan)>,
+    answers: impl IntoIterator<Item = Option<LeaseAnswer>>,
+    valid_until: Instant,
+) -> Vec<u32> {
+    let mut acquired = Vec::new();
+    for ((slot, plan), answer) in plans.into_iter().zip(answers) {
+        let code = answer.and_then(|a| a.code);
+        let granted = code == Some(1);
+        match (plan, granted, answer.and_then(|a| a.epoch)) {
+            (Plan::Acquire, true, Some(epoch)) => {
+                acquired.push(slot);
+                o.slots.insert(
+                    slot,
+                    Owned {
+                        epoch,
+                        lost: CancellationToken::new(),
+                        busy: false,
+                        valid_until,
+                        leaving: false,
+                    },
+                );
+            }
+            (Plan::Renew(_), true, _) => {
+                if let Some(s) = o.slots.get_mut(&slot) {
+                    s.valid_until = valid_until;
+                }
+            }
+            // Release refused while a delivery of the slot is in flight: keep it.
+            (Plan::Release(_), false, _) if code == Some(2) => {}
+            (Plan::Renew(_), false, _) | (Plan::Release(_), _, _) => o.lose(slot),
+            _ => {}
+        }
+    }
+    acquired
 }
 
 fn lease_call(
@@ -132,10 +220,13 @@ fn lease_call(
 
 /// Gives up, between keeper rounds too, every lease whose local validity
 /// ran out (the keeper may be stuck waiting for Redis).
-async fn watchdog(topic: Topic, shared: Arc<Shared>, every: Duration, stop: CancellationToken) {
-    let Some(own) = shared.ownership.as_ref() else {
-        return;
-    };
+async fn watchdog(
+    topic: Topic,
+    own: Arc<Mutex<Ownership>>,
+    events: Arc<dyn SlotEvents>,
+    every: Duration,
+    stop: CancellationToken,
+) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every.max(Duration::from_millis(5))) => {}
@@ -144,14 +235,15 @@ async fn watchdog(topic: Topic, shared: Arc<Shared>, every: Duration, stop: Canc
         own.lock()
             .unwrap_or_else(|p| p.into_inner())
             .expire(topic.name());
-        shared.notify.notify_one();
+        events.ownership_changed();
     }
 }
 
 /// Runs until `stop` fires, then releases every lease and leaves the group.
 pub(crate) async fn keep_leases(
     topic: Topic,
-    shared: Arc<Shared>,
+    own: Arc<Mutex<Ownership>>,
+    events: Arc<dyn SlotEvents>,
     coordinator: Arc<dyn Coordinator>,
     cfg: SerialConfig,
     stop: CancellationToken,
@@ -166,13 +258,11 @@ pub(crate) async fn keep_leases(
     let call_limit = cfg.lease_ttl / 4;
     tokio::spawn(watchdog(
         topic.clone(),
-        shared.clone(),
+        own.clone(),
+        events.clone(),
         cfg.lease_ttl / 10,
         stop.clone(),
     ));
-    let Some(own) = shared.ownership.as_ref() else {
-        return;
-    };
     let member = own.lock().unwrap_or_else(|p| p.into_inner()).member.clone();
     loop {
         let leaving = stop.is_cancelled();
@@ -188,31 +278,17 @@ pub(crate) async fn keep_leases(
                     None
                 }
             };
-        let plans: Vec<(u32, Plan)> = {
+        let plans = {
             let mut o = own.lock().unwrap_or_else(|p| p.into_inner());
             o.expire(topic.name());
-            let desired: HashSet<u32> = match (&members, leaving) {
-                (_, true) => HashSet::new(),
-                (Some(m), false) => assign(m, topic.spec().slots, &member).into_iter().collect(),
-                (None, false) => o.slots.keys().copied().collect(),
+            let desired = match (&members, leaving) {
+                (_, true) => Some(HashSet::new()),
+                (Some(m), false) => {
+                    Some(assign(m, topic.spec().slots, &member).into_iter().collect())
+                }
+                (None, false) => None,
             };
-            let mut plans = Vec::new();
-            for (&slot, s) in o.slots.iter_mut() {
-                s.leaving = !desired.contains(&slot);
-                if !s.leaving || (s.busy && !leaving) {
-                    plans.push((slot, Plan::Renew(s.epoch)));
-                } else {
-                    plans.push((slot, Plan::Release(s.epoch)));
-                }
-            }
-            if members.is_some() {
-                for &slot in &desired {
-                    if !o.slots.contains_key(&slot) {
-                        plans.push((slot, Plan::Acquire));
-                    }
-                }
-            }
-            plans
+            plan(&mut o, desired.as_ref(), leaving)
         };
         let calls = plans
             .iter()
@@ -230,55 +306,25 @@ pub(crate) async fn keep_leases(
                 "renewing slot leases timed out",
             )),
         };
-        let mut acquired = Vec::new();
-        match result {
+        let acquired = match result {
             Ok(replies) => {
                 let mut o = own.lock().unwrap_or_else(|p| p.into_inner());
-                for ((slot, plan), reply) in plans.into_iter().zip(replies) {
-                    let granted = reply.as_ref().ok().map(|v| items(v.clone()));
-                    let code = granted.as_ref().and_then(|a| int_at(a, 0));
-                    let ok = code == Some(1);
-                    let epoch = granted
-                        .as_ref()
-                        .and_then(|a| int_at(a, 1))
-                        .and_then(|e| u64::try_from(e).ok());
-                    match (plan, ok, epoch) {
-                        (Plan::Acquire, true, Some(epoch)) => {
-                            tracing::debug!(topic = %topic.name(), slot, epoch, "slot acquired");
-                            acquired.push(slot);
-                            o.slots.insert(
-                                slot,
-                                Owned {
-                                    epoch,
-                                    lost: CancellationToken::new(),
-                                    busy: false,
-                                    valid_until: sent_at + cfg.lease_ttl - margin,
-                                    leaving: false,
-                                },
-                            );
-                        }
-                        (Plan::Renew(_), true, _) => {
-                            if let Some(s) = o.slots.get_mut(&slot) {
-                                s.valid_until = sent_at + cfg.lease_ttl - margin;
-                            }
-                        }
-                        // Release refused while a delivery of the slot is in flight: keep it.
-                        (Plan::Release(_), false, _) if code == Some(2) => {}
-                        (Plan::Renew(_), false, _) | (Plan::Release(_), _, _) => o.lose(slot),
-                        _ => {}
-                    }
-                }
+                let answers = replies.into_iter().map(|r| r.ok().map(LeaseAnswer::of));
+                apply(&mut o, plans, answers, sent_at + cfg.lease_ttl - margin)
             }
-            Err(e) => tracing::warn!(topic = %topic.name(), "renewing slot leases failed: {e}"),
-        }
-        if !acquired.is_empty() {
-            // Look at newly owned slots at once, whatever was known of them.
-            let mut sched = shared.schedule();
-            for slot in acquired {
-                sched.wake_at(slot, 0);
+            Err(e) => {
+                tracing::warn!(topic = %topic.name(), "renewing slot leases failed: {e}");
+                Vec::new()
             }
+        };
+        for &slot in &acquired {
+            tracing::debug!(topic = %topic.name(), slot, "slot acquired");
         }
-        shared.notify.notify_one();
+        // Look at newly owned slots at once, whatever was known of them.
+        for slot in acquired {
+            events.slot_may_have_work(slot);
+        }
+        events.ownership_changed();
         if leaving {
             return;
         }
@@ -286,5 +332,105 @@ pub(crate) async fn keep_leases(
             _ = tokio::time::sleep(tick) => {}
             _ = stop.cancelled() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owning(slots: &[(u32, u64, bool)]) -> Ownership {
+        let mut o = Ownership::new("me".into());
+        for &(slot, epoch, busy) in slots {
+            o.slots.insert(
+                slot,
+                Owned {
+                    epoch,
+                    lost: CancellationToken::new(),
+                    busy,
+                    valid_until: Instant::now() + Duration::from_secs(5),
+                    leaving: false,
+                },
+            );
+        }
+        o
+    }
+
+    fn granted(epoch: u64) -> Option<LeaseAnswer> {
+        Some(LeaseAnswer {
+            code: Some(1),
+            epoch: Some(epoch),
+        })
+    }
+
+    #[test]
+    fn a_round_renews_what_stays_acquires_what_is_new_and_releases_the_rest_once_idle() {
+        // Owns 0 (idle), 1 (busy), 2 (idle); should own 0 and 3.
+        let mut o = owning(&[(0, 5, false), (1, 6, true), (2, 7, false)]);
+        let desired = HashSet::from([0, 3]);
+        let plans = plan(&mut o, Some(&desired), false);
+        assert_eq!(
+            plans,
+            vec![
+                (0, Plan::Renew(5)),
+                (1, Plan::Renew(6)), // busy: kept until its delivery ends
+                (2, Plan::Release(7)),
+                (3, Plan::Acquire),
+            ]
+        );
+        assert!(o.slots[&1].leaving && o.slots[&2].leaving && !o.slots[&0].leaving);
+        // Leaving: everything is released, busy or not; nothing acquired.
+        let mut o = owning(&[(1, 6, true)]);
+        assert_eq!(
+            plan(&mut o, Some(&HashSet::new()), true),
+            vec![(1, Plan::Release(6))]
+        );
+        // Membership unknown this round: keep what is owned, take nothing.
+        let mut o = owning(&[(0, 5, false)]);
+        assert_eq!(plan(&mut o, None, false), vec![(0, Plan::Renew(5))]);
+        assert!(!o.slots[&0].leaving);
+    }
+
+    #[test]
+    fn answers_grant_extend_keep_or_lose_leases() {
+        let mut o = owning(&[(0, 5, false), (1, 6, false), (2, 7, true), (3, 8, false)]);
+        let lost1 = o.slots[&1].lost.clone();
+        let later = Instant::now() + Duration::from_secs(60);
+        let plans = vec![
+            (0, Plan::Renew(5)),
+            (1, Plan::Renew(6)),
+            (2, Plan::Release(7)),
+            (3, Plan::Release(8)),
+            (4, Plan::Acquire),
+            (5, Plan::Acquire),
+        ];
+        let answers = vec![
+            granted(5),
+            Some(LeaseAnswer {
+                code: Some(0),
+                epoch: None,
+            }), // renewal refused
+            Some(LeaseAnswer {
+                code: Some(2),
+                epoch: Some(7),
+            }), // still in flight
+            granted(8),
+            granted(9),
+            None, // the call failed
+        ];
+        let acquired = apply(&mut o, plans, answers, later);
+        assert_eq!(acquired, vec![4]);
+        assert_eq!(o.slots[&0].valid_until, later, "renewed");
+        assert!(
+            !o.slots.contains_key(&1) && lost1.is_cancelled(),
+            "lost: handlers stop"
+        );
+        assert!(
+            o.slots.contains_key(&2),
+            "release refused while in flight: kept"
+        );
+        assert!(!o.slots.contains_key(&3), "released");
+        assert_eq!(o.slots[&4].epoch, 9, "acquired at its epoch");
+        assert!(!o.slots.contains_key(&5), "a failed acquire takes nothing");
     }
 }

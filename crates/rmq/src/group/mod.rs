@@ -13,6 +13,7 @@
 //! never depends on it.
 
 mod assign;
+mod claim;
 mod lease;
 
 use std::future::Future;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) use assign::assign;
+pub(crate) use claim::Claim;
 pub(crate) use lease::{keep_leases, Ownership};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -35,6 +37,16 @@ use crate::value::{bytes_at, items};
 pub(crate) struct Fence {
     pub(crate) owner: Arc<str>,
     pub(crate) epoch: u64,
+}
+
+/// How serial mode's lease keeper and claims tell the consumer that a slot
+/// may have work now (a lease was acquired, a delivery of it ended) or that
+/// its ownership changed, without knowing the consumer's insides.
+pub(crate) trait SlotEvents: Send + Sync + 'static {
+    /// Look at `slot` soon, whatever was known of it.
+    fn slot_may_have_work(&self, slot: u32);
+    /// Slots were gained or lost: look again at what may be taken.
+    fn ownership_changed(&self);
 }
 
 /// Settings of serial mode.
@@ -77,7 +89,7 @@ pub(crate) struct RedisCoordinator {
 impl RedisCoordinator {
     pub(crate) fn new(topic: Topic, group: &str, timeout: Duration) -> Self {
         RedisCoordinator {
-            key: keys::group_key(topic.client.prefix(), topic.name(), group),
+            key: keys::group_key(topic.prefix(), topic.name(), group),
             topic,
             timeout_ms: timeout.as_millis().to_string(),
         }
@@ -181,30 +193,5 @@ impl Topic {
                     .unwrap_or_default()
             },
         })
-    }
-
-    /// Low-level serial-mode primitive, for tools and tests: takes one
-    /// message of `slot` as the lease holder `owner` at `epoch`; the
-    /// delivery settles with that fence.
-    #[doc(hidden)]
-    pub async fn take_fenced(
-        &self,
-        slot: u32,
-        owner: &str,
-        epoch: u64,
-    ) -> Result<Option<crate::Delivery>> {
-        let fence = Fence {
-            owner: owner.into(),
-            epoch,
-        };
-        let (id, cmd) = crate::consumer::pop_call(self, slot, 1, Some(&fence));
-        let v = self.redis().run_one(id, cmd).await?;
-        let popped = crate::consumer::parse_pop(self.spec(), slot, items(v));
-        let settler = crate::consumer::Settler::spawn(self.clone());
-        Ok(popped
-            .messages
-            .into_iter()
-            .next()
-            .map(|m| crate::Delivery::new_detached(m, settler).with_fence(fence)))
     }
 }

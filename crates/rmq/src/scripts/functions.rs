@@ -51,7 +51,7 @@ pub(crate) fn library() -> &'static Library {
     LIB.get_or_init(|| {
         let mut body_parts = Vec::new();
         for id in ScriptId::ALL {
-            let (flags, _, _) = id.source();
+            let (flags, _) = id.source();
             let flags: Vec<String> = flags
                 .split_whitespace()
                 .find_map(|w| w.strip_prefix("flags="))

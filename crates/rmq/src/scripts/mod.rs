@@ -1,16 +1,27 @@
 //! The Lua scripts, built once and called by SHA.
 //!
 //! Each server operation is one `.lua` file under `lua/` with a contract
-//! header. Slot scripts get `common.lua` prepended (Lua has no includes) and
+//! header. Slot scripts name the shared helpers they use on an `-- Includes:`
+//! line (`layout`, `records`, `notify`, `lifecycle`, `fence`), which are
+//! put before the body at build time (Lua has no includes), and
 //! open with a `#!lua` line, so Redis refuses any key they did not declare.
-//! [`Redis::run`](crate::client::Redis::run) loads scripts on NOSCRIPT (after
+//! [`Redis::run`](crate::conn::Redis::run) loads scripts on NOSCRIPT (after
 //! a restart, a failover or `SCRIPT FLUSH`) and retries, also in pipelines.
 
 use std::sync::OnceLock;
 
+pub(crate) mod codes;
 pub(crate) mod functions;
 
-const COMMON: &str = include_str!("lua/common.lua");
+/// The helpers scripts share, one include per concern, in the order they
+/// are put before a script's body (a later one may use an earlier one).
+const INCLUDES: [(&str, &str); 5] = [
+    ("layout", include_str!("lua/layout.lua")),
+    ("records", include_str!("lua/records.lua")),
+    ("notify", include_str!("lua/notify.lua")),
+    ("lifecycle", include_str!("lua/lifecycle.lua")),
+    ("fence", include_str!("lua/fence.lua")),
+];
 /// Wraps the body of a script that may run twice (see `lua/memo.lua`).
 const MEMO: &str = include_str!("lua/memo.lua");
 
@@ -45,39 +56,23 @@ impl ScriptId {
         ScriptId::Membership,
     ];
 
-    pub(crate) fn source(self) -> (&'static str, &'static str, bool) {
-        // (flags line, body, with common helpers)
+    pub(crate) fn source(self) -> (&'static str, &'static str) {
+        // (flags line, body)
         match self {
-            ScriptId::Send => ("#!lua", include_str!("lua/send.lua"), true),
+            ScriptId::Send => ("#!lua", include_str!("lua/send.lua")),
             // Taking messages is how a full Redis drains: allowed at maxmemory.
-            ScriptId::Pop => ("#!lua flags=allow-oom", include_str!("lua/pop.lua"), true),
+            ScriptId::Pop => ("#!lua flags=allow-oom", include_str!("lua/pop.lua")),
             // Settling frees memory: it must work when Redis is at maxmemory.
-            ScriptId::Settle => (
-                "#!lua flags=allow-oom",
-                include_str!("lua/settle.lua"),
-                true,
-            ),
-            ScriptId::Stats => ("#!lua flags=no-writes", include_str!("lua/stats.lua"), true),
-            ScriptId::Peek => ("#!lua flags=no-writes", include_str!("lua/peek.lua"), true),
-            ScriptId::DeadList => (
-                "#!lua flags=no-writes",
-                include_str!("lua/dead_list.lua"),
-                true,
-            ),
-            ScriptId::DeadRequeue => ("#!lua", include_str!("lua/dead_requeue.lua"), true),
-            ScriptId::DeadPurge => (
-                "#!lua flags=allow-oom",
-                include_str!("lua/dead_purge.lua"),
-                true,
-            ),
-            ScriptId::DefineTopic => ("#!lua", include_str!("lua/define_topic.lua"), false),
+            ScriptId::Settle => ("#!lua flags=allow-oom", include_str!("lua/settle.lua")),
+            ScriptId::Stats => ("#!lua flags=no-writes", include_str!("lua/stats.lua")),
+            ScriptId::Peek => ("#!lua flags=no-writes", include_str!("lua/peek.lua")),
+            ScriptId::DeadList => ("#!lua flags=no-writes", include_str!("lua/dead_list.lua")),
+            ScriptId::DeadRequeue => ("#!lua", include_str!("lua/dead_requeue.lua")),
+            ScriptId::DeadPurge => ("#!lua flags=allow-oom", include_str!("lua/dead_purge.lua")),
+            ScriptId::DefineTopic => ("#!lua", include_str!("lua/define_topic.lua")),
             // Renewing and releasing leases must work at maxmemory.
-            ScriptId::Lease => ("#!lua flags=allow-oom", include_str!("lua/lease.lua"), true),
-            ScriptId::Membership => (
-                "#!lua flags=allow-oom",
-                include_str!("lua/membership.lua"),
-                false,
-            ),
+            ScriptId::Lease => ("#!lua flags=allow-oom", include_str!("lua/lease.lua")),
+            ScriptId::Membership => ("#!lua flags=allow-oom", include_str!("lua/membership.lua")),
         }
     }
 }
@@ -114,13 +109,27 @@ impl ScriptId {
     }
 }
 
-/// A script's Lua text without its `#!lua` line: the common helpers (when
-/// it uses them), then its body, run through the memo wrapper when the
+/// The includes a script names on its `-- Includes:` line.
+fn includes_named(body: &str) -> Vec<&str> {
+    body.lines()
+        .take_while(|l| l.starts_with("--"))
+        .find_map(|l| l.strip_prefix("-- Includes:"))
+        .map(|names| names.split_whitespace().collect())
+        .unwrap_or_default()
+}
+
+/// A script's Lua text without its `#!lua` line: the includes it names (in
+/// their fixed order), then its body, run through the memo wrapper when the
 /// script is memoized. Both the EVALSHA scripts and the Function library
 /// are built from it.
 pub(crate) fn text(id: ScriptId) -> String {
-    let (_, body, common) = id.source();
-    let common = if common { COMMON } else { "" };
+    let (_, body) = id.source();
+    let named = includes_named(body);
+    let common: String = INCLUDES
+        .iter()
+        .filter(|(name, _)| named.contains(name))
+        .map(|(_, src)| format!("{src}\n"))
+        .collect();
     if id.memoized() {
         format!(
             "{common}\nlocal memo_pack, memo_unpack\n{}\nlocal function rmq_main()\n{body}\nend\n{MEMO}",
@@ -138,7 +147,7 @@ pub(crate) struct Built {
 }
 
 fn build(id: ScriptId) -> Built {
-    let (flags, _, _) = id.source();
+    let (flags, _) = id.source();
     let code = format!("{flags}\n{}", text(id));
     let sha = redis::Script::new(&code).get_hash().to_string();
     Built { code, sha }
@@ -222,6 +231,65 @@ mod tests {
             let b = get(id);
             assert!(b.code.starts_with("#!lua"), "{id:?}");
             assert!(shas.insert(b.sha.clone()), "{id:?}");
+        }
+    }
+
+    /// The names a Lua text defines as `local function NAME` or `local NAME =`.
+    fn defined(src: &str) -> Vec<String> {
+        src.lines()
+            .filter_map(|l| {
+                let rest = l
+                    .strip_prefix("local function ")
+                    .or_else(|| l.strip_prefix("local "))?;
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                (!name.is_empty()).then_some(name)
+            })
+            .collect()
+    }
+
+    /// Whether `text` uses `name` as a word (not part of a longer name).
+    fn uses(text: &str, name: &str) -> bool {
+        let word = |c: char| c.is_alphanumeric() || c == '_';
+        text.match_indices(name).any(|(i, _)| {
+            let before = text[..i].chars().next_back();
+            let after = text[i + name.len()..].chars().next();
+            !before.is_some_and(word) && !after.is_some_and(word)
+        })
+    }
+
+    #[test]
+    fn every_helper_a_script_uses_is_included_and_every_include_is_known() {
+        let known: Vec<&str> = INCLUDES.iter().map(|(n, _)| *n).collect();
+        for id in ScriptId::ALL {
+            let (_, body) = id.source();
+            for name in includes_named(body) {
+                assert!(
+                    known.contains(&name),
+                    "{id:?} names an unknown include {name}"
+                );
+            }
+            // A helper used but not included would be a global at run time
+            // (an error only on the path that calls it): refuse it here.
+            let code = text(id);
+            let code_lines: String = code
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            for (inc, src) in INCLUDES {
+                if code.contains(src) {
+                    continue;
+                }
+                for name in defined(src) {
+                    assert!(
+                        !uses(&code_lines, &name),
+                        "{id:?} uses {name} from {inc}.lua without including it"
+                    );
+                }
+            }
         }
     }
 

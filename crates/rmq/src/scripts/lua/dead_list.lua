@@ -1,6 +1,7 @@
 -- dead_list.lua: dead letters of one slot, oldest death first (reads only).
+-- Includes: layout records
 --
--- KEYS: the ten slot keys (see common.lua).
+-- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] limit
 -- Returns: { per dead letter: key, payload, attempts, score, dead ms, deaths, error }
 

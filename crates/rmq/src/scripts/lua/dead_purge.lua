@@ -1,6 +1,7 @@
 -- dead_purge.lua: deletes dead letters of one slot for good.
+-- Includes: layout
 --
--- KEYS: the ten slot keys (see common.lua).
+-- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] '1' for all dead letters (up to the limit), '0' for the merge key in ARGV[3]
 -- ARGV[2] limit
 -- ARGV[3] merge key (when ARGV[1] is '0')

@@ -1,6 +1,7 @@
 -- dead_requeue.lua: gives dead letters of one slot a fresh start.
+-- Includes: layout records notify
 --
--- KEYS: the ten slot keys (see common.lua).
+-- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')   ARGV[2] wake-up channel   ARGV[3] slot number
 -- ARGV[4] '1' for all dead letters (up to the limit), '0' for the one merge key in ARGV[6]
 -- ARGV[5] limit

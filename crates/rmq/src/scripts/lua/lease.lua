@@ -1,6 +1,7 @@
 -- lease.lua: serial mode's slot ownership, one slot's lease at a time.
+-- Includes: layout
 --
--- KEYS: the ten slot keys (see common.lua); l (the lease) and f (in flight) are used.
+-- KEYS: the ten slot keys (see layout.lua); l (the lease) and f (in flight) are used.
 -- ARGV[1] op: 'acquire' | 'renew' | 'release'
 -- ARGV[2] owner (a consumer's random member id)
 -- ARGV[3] epoch the caller holds (renew, release; ignored by acquire)

@@ -1,7 +1,8 @@
 -- peek.lua: the next pending messages of one slot in consumption order,
+-- Includes: layout records
 -- without taking them (reads only).
 --
--- KEYS: the ten slot keys (see common.lua).
+-- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')   ARGV[2] limit
 -- Returns: { now, then per message: key, payload, attempts, score }
 

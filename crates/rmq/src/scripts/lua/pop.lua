@@ -1,6 +1,7 @@
 -- pop.lua: takes due messages of one slot into flight (phase one of two).
+-- Includes: layout records notify lifecycle fence
 --
--- KEYS: the ten slot keys (see common.lua).
+-- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')
 -- ARGV[2] how many messages to take at most (0 only reclaims and reports)
 -- ARGV[3] lease ms
@@ -22,7 +23,7 @@
 --   so the caller sleeps until then (or a notice) instead of asking again at once.
 --   A look (count 0) reports the slot as it is: serial consumers look at their own
 --   leased slots that way.
--- A delivery id is "<token>,<attempt>,<score>|<key>" (see common.lua); settle
+-- A delivery id is "<token>,<attempt>,<score>|<key>" (see records.lua); settle
 -- takes it back to name the delivery.
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 

@@ -1,6 +1,7 @@
 -- send.lua: adds messages to one slot, merging duplicates by merge key.
+-- Includes: layout records notify lifecycle
 --
--- KEYS: the ten slot keys (see common.lua).
+-- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind: 'p' priority | 'f' fixed-time | 'r' range-merge
 -- ARGV[2] max payload bytes
 -- ARGV[3] past tolerance ms (fixed-time: a due time older than now - tolerance is refused)

@@ -1,6 +1,7 @@
 -- settle.lua: ends or extends in-flight deliveries of one slot (phase two).
+-- Includes: layout records notify lifecycle fence
 --
--- KEYS: the ten slot keys (see common.lua).
+-- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')
 -- ARGV[2] max attempts   ARGV[3] backoff base ms   ARGV[4] backoff max ms   ARGV[5] jitter in [0,1)
 -- ARGV[6] wake-up channel   ARGV[7] slot number   ARGV[8] dead letters kept per slot (0 = all)
@@ -55,11 +56,11 @@ for i = 1, n do
   end
   if not id_of[i] or (op == 'n' and not err_of[i]) or (op == 'd' and not err_of[i])
       or (op == 'e' and not num_of[i]) or not string.find('andre', op, 1, true) then
-    return redis.error_reply('RMQ_BADARGS settle operation ' .. i .. ' is malformed')
+    return redis.error_reply('RMQ_BADARG settle operation ' .. i .. ' is malformed')
   end
 end
 if at ~= #ARGV + 1 then
-  return redis.error_reply('RMQ_BADARGS settle got ' .. #ARGV .. ' args for ' .. n .. ' operations')
+  return redis.error_reply('RMQ_BADARG settle got ' .. #ARGV .. ' args for ' .. n .. ' operations')
 end
 
 local codes = { now }

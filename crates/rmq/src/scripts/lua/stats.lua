@@ -1,6 +1,7 @@
 -- stats.lua: depth per state and counters of one slot (reads only).
+-- Includes: layout records lifecycle
 --
--- KEYS: the ten slot keys (see common.lua).
+-- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')
 -- Returns: { now, pending, due now, retry waiting, in flight, waiting behind in flight,
 --            dead, counter name, counter value, ... }

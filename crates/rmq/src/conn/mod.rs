@@ -17,8 +17,13 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+mod cluster;
+mod load;
+
 use crate::error::{Error, ErrorKind, Result};
-use crate::scripts::{self, ScriptId};
+use crate::scripts::ScriptId;
+pub(crate) use cluster::retry_through_failover;
+use cluster::{cluster_each, with_request_key};
 
 /// A connection to a single node or to a cluster.
 #[derive(Clone)]
@@ -340,94 +345,6 @@ impl Redis {
             .pop()
             .unwrap_or_else(|| Err(Error::new(ErrorKind::Redis, "script result missing")))
     }
-
-    /// Loads every script, on every node of a cluster (SCRIPT LOAD is
-    /// idempotent; the cluster client sends it to all nodes).
-    pub(crate) async fn load_scripts(&self) -> Result<()> {
-        let mut conn = self.conn.clone();
-        match &self.conn {
-            Conn::Single(_) => {
-                let mut pipe = redis::pipe();
-                for id in ScriptId::ALL {
-                    pipe.cmd("SCRIPT").arg("LOAD").arg(&scripts::get(id).code);
-                }
-                let _: Vec<String> = pipe.query_async(&mut conn).await?;
-            }
-            Conn::Cluster(_) => {
-                for id in ScriptId::ALL {
-                    let mut load = redis::cmd("SCRIPT");
-                    load.arg("LOAD").arg(&scripts::get(id).code);
-                    let _: Value = self.query(&load).await?;
-                }
-                self.load_scripts_on_replicas().await;
-            }
-        }
-        Ok(())
-    }
-
-    /// The cluster client sends SCRIPT LOAD to the masters only, and Redis
-    /// does not replicate the script cache: without this, a replica
-    /// promoted by a failover would answer NOSCRIPT to every call at the
-    /// worst moment. Best effort: a replica that cannot be reached now is
-    /// caught later by the NOSCRIPT reload.
-    async fn load_scripts_on_replicas(&self) {
-        let Target::Cluster(seeds) = &self.target else {
-            return;
-        };
-        let Some(template) = seeds.nodes.first() else {
-            return;
-        };
-        let mut conn = self.conn.clone();
-        let nodes: redis::RedisResult<String> = redis::cmd("CLUSTER")
-            .arg("NODES")
-            .query_async(&mut conn)
-            .await;
-        let Ok(nodes) = nodes else {
-            return;
-        };
-        for line in nodes.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let (Some(addr), Some(flags)) = (f.get(1), f.get(2)) else {
-                continue;
-            };
-            if !flags.contains("slave") || flags.contains("fail") || flags.contains("noaddr") {
-                continue;
-            }
-            let Some((host, port)) = addr.split('@').next().and_then(|a| a.rsplit_once(':')) else {
-                continue;
-            };
-            let Ok(port) = port.parse::<u16>() else {
-                continue;
-            };
-            let addr = match template.addr() {
-                redis::ConnectionAddr::TcpTls {
-                    insecure,
-                    tls_params,
-                    ..
-                } => redis::ConnectionAddr::TcpTls {
-                    host: host.to_string(),
-                    port,
-                    insecure: *insecure,
-                    tls_params: tls_params.clone(),
-                },
-                _ => redis::ConnectionAddr::Tcp(host.to_string(), port),
-            };
-            let info = template.clone().set_addr(addr);
-            let load = async {
-                let client = redis::Client::open(info)?;
-                let mut c = client.get_multiplexed_async_connection().await?;
-                let mut pipe = redis::pipe();
-                for id in ScriptId::ALL {
-                    pipe.cmd("SCRIPT").arg("LOAD").arg(&scripts::get(id).code);
-                }
-                pipe.query_async::<Vec<String>>(&mut c).await
-            };
-            let r = tokio::time::timeout(std::time::Duration::from_secs(5), load).await;
-            if !matches!(r, Ok(Ok(_))) {
-                tracing::debug!("could not load the scripts on replica {host}:{port}");
-            }
-        }
-    }
 }
 
 fn is_function_missing(e: &redis::RedisError) -> bool {
@@ -472,133 +389,6 @@ async fn single_pipeline(
         None
     };
     Ok(results.into_iter().map(|r| (r, acked)).collect())
-}
-
-/// Each call as its own command (or call + WAIT pipeline, routed by the
-/// call's key), all concurrently, each riding out a failover for up to
-/// `window`.
-async fn cluster_each(
-    conn: &Conn,
-    calls: &[(ScriptId, Cmd)],
-    pending: &[usize],
-    wait: Option<WaitFor>,
-    window: std::time::Duration,
-) -> Vec<(redis::RedisResult<Value>, Option<u32>)> {
-    let deadline = tokio::time::Instant::now() + window;
-    let futures = pending.iter().map(|&i| {
-        let mut conn = conn.clone();
-        let (id, cmd) = &calls[i];
-        // A memoized call (its answer remembered under its request key)
-        // and a read may run again whatever happened to the first try;
-        // any other only when the reply says it did not run.
-        let rerun_safe = id.memoized() || id.read_only();
-        async move {
-            // The client retries redirects and broken connections itself,
-            // but in a burst that a failover can outlast.
-            let mut pause = std::time::Duration::from_millis(50);
-            loop {
-                let r = one_call(&mut conn, cmd, wait).await;
-                match &r.0 {
-                    Err(e)
-                        if retry_through_failover(e, rerun_safe)
-                            && tokio::time::Instant::now() + pause < deadline =>
-                    {
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(std::time::Duration::from_millis(500));
-                    }
-                    _ => return r,
-                }
-            }
-        }
-    });
-    futures::future::join_all(futures).await
-}
-
-/// Whether a cluster call that failed so may be tried again. Replies that
-/// mean the call did not run (the slot is elsewhere or moving, the cluster
-/// is electing a master, the node is loading or was demoted) always; a
-/// broken connection or a time-out (the call may have run) only when a
-/// second run is harmless.
-pub(crate) fn retry_through_failover(e: &redis::RedisError, rerun_safe: bool) -> bool {
-    let not_run = matches!(
-        e.kind(),
-        redis::ErrorKind::Server(
-            redis::ServerErrorKind::Moved
-                | redis::ServerErrorKind::Ask
-                | redis::ServerErrorKind::TryAgain
-                | redis::ServerErrorKind::ClusterDown
-                | redis::ServerErrorKind::MasterDown
-                | redis::ServerErrorKind::BusyLoading
-                | redis::ServerErrorKind::ReadOnly
-        ) | redis::ErrorKind::ClusterConnectionNotFound
-    ) || e.is_connection_refusal();
-    let maybe_run = e.is_io_error() || e.is_timeout() || e.is_connection_dropped();
-    not_run || (rerun_safe && maybe_run)
-}
-
-/// A memoized script call with its request key added as KEYS[11]:
-/// `<slot base>:req:<ttl ms>.<random id>`, in the hash tag of its first key
-/// (`<slot base>:q`). Works on `EVALSHA sha n keys.. args..` and `FCALL
-/// name n keys.. args..` alike.
-fn with_request_key(cmd: &Cmd, ttl_ms: u128) -> Cmd {
-    let args: Vec<&[u8]> = cmd
-        .args_iter()
-        .filter_map(|a| match a {
-            redis::Arg::Simple(b) => Some(b),
-            _ => None,
-        })
-        .collect();
-    let numkeys: Option<usize> = args
-        .get(2)
-        .and_then(|n| std::str::from_utf8(n).ok())
-        .and_then(|n| n.parse().ok());
-    let (Some(n), Some(first)) = (numkeys, args.get(3)) else {
-        return cmd.clone();
-    };
-    let Some(colon) = first.iter().rposition(|&b| b == b':') else {
-        return cmd.clone();
-    };
-    let mut key = first[..colon].to_vec();
-    key.extend_from_slice(format!(":req:{ttl_ms}.{:016x}", rand::random::<u64>()).as_bytes());
-    let mut out = redis::cmd(&String::from_utf8_lossy(args[0]));
-    out.arg(args[1]).arg(n + 1);
-    for k in args.iter().skip(3).take(n) {
-        out.arg(*k);
-    }
-    out.arg(key);
-    for a in args.iter().skip(3 + n) {
-        out.arg(*a);
-    }
-    out
-}
-
-/// One call on a cluster connection (with WAIT after it when asked).
-async fn one_call(
-    conn: &mut Conn,
-    cmd: &Cmd,
-    wait: Option<WaitFor>,
-) -> (redis::RedisResult<Value>, Option<u32>) {
-    let Some(w) = wait else {
-        return (cmd.query_async::<Value>(conn).await, None);
-    };
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    pipe.add_command(cmd.clone());
-    w.push(&mut pipe);
-    let r: redis::RedisResult<Vec<redis::RedisResult<Value>>> = pipe.query_async(conn).await;
-    match r {
-        Err(e) => (Err(e), None),
-        Ok(mut v) => {
-            let acked = acked_of(v.pop());
-            let first = v.pop().unwrap_or_else(|| {
-                Err(redis::RedisError::from((
-                    redis::ErrorKind::Io,
-                    "missing reply",
-                )))
-            });
-            (first, Some(acked))
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,97 @@
+//! The topic registry: one hash per prefix (`<prefix>:topics`, name ->
+//! definition as JSON) that every process reads, so that all agree on a
+//! topic's kind, slots and settings; a second definition must be identical.
+
+use super::Client;
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys;
+use crate::scripts::{self, ScriptId};
+use crate::topic::{validate_topic_name, Topic, TopicSpec};
+
+impl Client {
+    /// Defines a topic, or checks that it is already defined exactly so.
+    /// A different definition under the same name is refused
+    /// ([`ErrorKind::TopicConflict`]) and changes nothing.
+    pub async fn define_topic(&self, spec: TopicSpec) -> Result<Topic> {
+        spec.validate()?;
+        let json = spec.to_json();
+        let cmd = scripts::call(
+            ScriptId::DefineTopic,
+            &[keys::topic_index(self.prefix())],
+            &[spec.name.as_bytes(), json.as_bytes()],
+        );
+        let v = self
+            .inner
+            .ctx
+            .redis
+            .run_one(ScriptId::DefineTopic, cmd)
+            .await?;
+        let (code, existing): (i64, String) = redis::from_redis_value(v)
+            .map_err(|e| Error::new(ErrorKind::Redis, format!("unexpected reply: {e}")))?;
+        if code == 2 {
+            let old = serde_json::from_str::<TopicSpec>(&existing)
+                .map(|o| describe_difference(&o, &spec))
+                .unwrap_or_else(|_| existing.clone());
+            return Err(Error::new(
+                ErrorKind::TopicConflict,
+                format!(
+                    "topic {:?} already exists with another definition ({old}); \
+                     use the existing definition or another name",
+                    spec.name
+                ),
+            ));
+        }
+        Ok(Topic::new(self.inner.ctx.clone(), spec))
+    }
+
+    /// Opens a defined topic.
+    pub async fn topic(&self, name: &str) -> Result<Topic> {
+        validate_topic_name(name)?;
+        let mut get = redis::cmd("HGET");
+        get.arg(keys::topic_index(self.prefix())).arg(name);
+        let json: Option<String> = self.inner.ctx.redis.query(&get).await?;
+        let Some(json) = json else {
+            return Err(Error::new(
+                ErrorKind::UnknownTopic,
+                format!(
+                    "topic {name:?} does not exist under prefix {:?}: define it first (rmq topic create)",
+                    self.prefix()
+                ),
+            ));
+        };
+        let spec: TopicSpec = serde_json::from_str(&json).map_err(|e| {
+            Error::new(
+                ErrorKind::Redis,
+                format!("the stored definition of topic {name:?} is unreadable: {e}"),
+            )
+        })?;
+        Ok(Topic::new(self.inner.ctx.clone(), spec))
+    }
+
+    /// Every topic defined under this prefix, by name.
+    pub async fn topics(&self) -> Result<Vec<TopicSpec>> {
+        let mut get = redis::cmd("HGETALL");
+        get.arg(keys::topic_index(self.prefix()));
+        let all: Vec<(String, String)> = self.inner.ctx.redis.query(&get).await?;
+        let mut out: Vec<TopicSpec> = all
+            .into_iter()
+            .filter_map(|(_, json)| serde_json::from_str(&json).ok())
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}
+
+fn describe_difference(old: &TopicSpec, new: &TopicSpec) -> String {
+    let mut d = Vec::new();
+    if old.kind != new.kind {
+        d.push(format!("kind {} vs {}", old.kind, new.kind));
+    }
+    if old.slots != new.slots {
+        d.push(format!("slots {} vs {}", old.slots, new.slots));
+    }
+    if d.is_empty() {
+        d.push(format!("settings differ: existing {}", old.to_json()));
+    }
+    format!("existing vs requested: {}", d.join(", "))
+}

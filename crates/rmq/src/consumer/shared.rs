@@ -1,0 +1,55 @@
+//! What a consumer's background duties share: the schedule (which slots
+//! to visit, and when), the notifier that wakes the fetch loop, and in
+//! serial mode the slots this consumer owns. The fetch loop, the wake-up
+//! listener and the deliveries read and change it; serial mode's lease
+//! keeper and claims (`group/`) see only the ownership and the
+//! [`SlotEvents`] it implements, so `group` never depends on `consumer`.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+
+use super::schedule::Schedule;
+use crate::group::{Ownership, SlotEvents};
+use crate::topic::TopicKind;
+
+pub(crate) struct Shared {
+    schedule: Mutex<Schedule>,
+    pub(crate) notify: Notify,
+    /// Serial mode: the slots this consumer owns.
+    pub(crate) ownership: Option<Arc<Mutex<Ownership>>>,
+}
+
+impl Shared {
+    /// `member`: serial mode's member id (None in parallel mode).
+    pub(crate) fn new(kind: TopicKind, slots: u32, member: Option<Arc<str>>) -> Shared {
+        Shared {
+            schedule: Mutex::new(Schedule::new(kind, slots)),
+            notify: Notify::new(),
+            ownership: member.map(|m| Arc::new(Mutex::new(Ownership::new(m)))),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Schedule> {
+        self.schedule.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn schedule(&self) -> MutexGuard<'_, Schedule> {
+        self.lock()
+    }
+
+    pub(crate) fn own<'a>(&self, o: &'a Mutex<Ownership>) -> MutexGuard<'a, Ownership> {
+        o.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl SlotEvents for Shared {
+    fn slot_may_have_work(&self, slot: u32) {
+        self.schedule().wake_at(slot, 0);
+        self.notify.notify_one();
+    }
+
+    fn ownership_changed(&self) {
+        self.notify.notify_one();
+    }
+}

@@ -1,0 +1,78 @@
+//! Taking messages by hand, without a consumer: for tools, scripts and
+//! tests (a long-running consumer uses [`Topic::consumer`]).
+
+use super::delivery::Delivery;
+use super::fetcher;
+use super::settler::Settler;
+use crate::error::Result;
+use crate::group::Fence;
+use crate::topic::Topic;
+use crate::value::items;
+
+impl Topic {
+    /// Takes up to `max` due messages right now, without waiting, slot by
+    /// slot from slot 0 (no cross-slot priority order). For tools, scripts
+    /// and tests; a long-running consumer should use [`Topic::consumer`].
+    pub async fn take(&self, max: usize) -> Result<Vec<Delivery>> {
+        let settler = Settler::spawn(self.clone());
+        let mut out: Vec<Delivery> = Vec::new();
+        for slot in 0..self.spec().slots {
+            // Per call at most 1000 (the pop script's own limit).
+            loop {
+                let want = (max - out.len()).min(1_000);
+                if want == 0 {
+                    break;
+                }
+                let (id, cmd) = fetcher::pop_call(self, slot, want, None);
+                let v = match self.redis().run_one(id, cmd).await {
+                    Ok(v) => v,
+                    Err(e) => {
+                        for d in out {
+                            let _ = d.release().await;
+                        }
+                        return Err(e);
+                    }
+                };
+                let popped = fetcher::parse_pop(self.spec(), slot, crate::value::items(v));
+                let got = popped.messages.len();
+                out.extend(
+                    popped
+                        .messages
+                        .into_iter()
+                        .map(|m| Delivery::new(m, settler.clone(), None, None)),
+                );
+                if got < want {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Topic {
+    /// Low-level serial-mode primitive, for tools and tests: takes one
+    /// message of `slot` as the lease holder `owner` at `epoch`; the
+    /// delivery settles with that fence.
+    #[doc(hidden)]
+    pub async fn take_fenced(
+        &self,
+        slot: u32,
+        owner: &str,
+        epoch: u64,
+    ) -> Result<Option<Delivery>> {
+        let fence = Fence {
+            owner: owner.into(),
+            epoch,
+        };
+        let (id, cmd) = fetcher::pop_call(self, slot, 1, Some(&fence));
+        let v = self.redis().run_one(id, cmd).await?;
+        let popped = fetcher::parse_pop(self.spec(), slot, items(v));
+        let settler = Settler::spawn(self.clone());
+        Ok(popped
+            .messages
+            .into_iter()
+            .next()
+            .map(|m| Delivery::new_detached(m, settler).with_fence(fence)))
+    }
+}

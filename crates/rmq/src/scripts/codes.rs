@@ -1,0 +1,146 @@
+//! Every script reply code and every `RMQ_*` error name, decoded in one
+//! place: callers match on [`ErrorKind`]s and typed outcomes, never on
+//! numbers or strings. The codes are the contract headers' (`lua/*.lua`);
+//! a unit test holds each table against its script's header.
+
+use crate::consumer::Settled;
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::Sent;
+
+/// The error names scripts reply with (`redis.error_reply('RMQ_… …')`).
+pub(crate) const ERROR_NAMES: [(&str, ErrorKind); 3] = [
+    ("RMQ_WRONGTYPE", ErrorKind::WrongType),
+    ("RMQ_FENCED", ErrorKind::Fenced),
+    ("RMQ_BADARG", ErrorKind::InvalidArgument),
+];
+
+/// The kind of an `RMQ_*` error reply, from its code or the start of its text.
+pub(crate) fn error_kind(code: Option<&str>, detail: &str) -> Option<ErrorKind> {
+    ERROR_NAMES
+        .iter()
+        .find(|(name, _)| code == Some(*name) || detail.starts_with(name))
+        .map(|&(_, kind)| kind)
+}
+
+/// One message's code in a send reply (send.lua): 1 new, 2 merged into a
+/// pending message, 3 new behind the same key in flight, 4 merged into the
+/// message waiting behind it; -1 due in the past, -2 payload too large,
+/// -3 invalid spec.
+pub(crate) fn sent(code: i64, slot: u32, max_payload: u64, tolerance_ms: u64) -> Result<Sent> {
+    let (merged, behind_in_flight) = match code {
+        1 => (false, false),
+        2 => (true, false),
+        3 => (false, true),
+        4 => (true, true),
+        _ => {
+            return Err(Error::from_send_code(
+                code,
+                usize::try_from(max_payload).unwrap_or(usize::MAX),
+                tolerance_ms,
+            ))
+        }
+    };
+    Ok(Sent {
+        slot,
+        merged,
+        behind_in_flight,
+        replicas: None,
+    })
+}
+
+/// One operation's code in a settle reply (settle.lua): 1 done, 2 dead,
+/// 3 superseded by a duplicate; -1 stale, -2 fenced (nothing changed).
+pub(crate) fn settled(code: Option<i64>) -> Result<Settled> {
+    match code {
+        Some(1) => Ok(Settled::Done),
+        Some(2) => Ok(Settled::Dead),
+        Some(3) => Ok(Settled::Superseded),
+        Some(-2) => Err(Error::new(
+            ErrorKind::Fenced,
+            "refused by fencing: this consumer no longer holds the slot's lease \
+             (another consumer owns it now): nothing was changed",
+        )),
+        _ => Err(Error::new(
+            ErrorKind::StaleDelivery,
+            "this delivery is no longer current (its lease expired and the message \
+             was rolled back or delivered again): nothing was changed",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scripts::ScriptId;
+
+    /// The codes a script's header lists after "Returns:" (e.g. "1 new").
+    fn header_codes(id: ScriptId) -> Vec<i64> {
+        let (_, body) = id.source();
+        let header: String = body
+            .lines()
+            .take_while(|l| l.starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let returns = header.split("Returns:").nth(1).unwrap_or_default();
+        let mut codes = Vec::new();
+        for w in returns.split_whitespace().collect::<Vec<_>>().windows(2) {
+            if let Ok(n) = w[0].parse::<i64>() {
+                if w[1].chars().next().is_some_and(char::is_alphabetic) {
+                    codes.push(n);
+                }
+            }
+        }
+        codes.sort_unstable();
+        codes
+    }
+
+    #[test]
+    fn the_decoded_codes_are_the_ones_the_script_headers_list() {
+        assert_eq!(header_codes(ScriptId::Send), vec![-3, -2, -1, 1, 2, 3, 4]);
+        for code in [1, 2, 3, 4] {
+            assert!(sent(code, 0, 10, 10).is_ok(), "{code}");
+        }
+        let kinds: Vec<ErrorKind> = [-1, -2, -3]
+            .iter()
+            .map(|&c| sent(c, 0, 10, 10).unwrap_err().kind())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ErrorKind::PastDue,
+                ErrorKind::PayloadTooLarge,
+                ErrorKind::InvalidArgument
+            ]
+        );
+        assert_eq!(header_codes(ScriptId::Settle), vec![-2, -1, 1, 2, 3]);
+        assert_eq!(settled(Some(1)).unwrap(), Settled::Done);
+        assert_eq!(settled(Some(2)).unwrap(), Settled::Dead);
+        assert_eq!(settled(Some(3)).unwrap(), Settled::Superseded);
+        assert_eq!(
+            settled(Some(-1)).unwrap_err().kind(),
+            ErrorKind::StaleDelivery
+        );
+        assert_eq!(settled(Some(-2)).unwrap_err().kind(), ErrorKind::Fenced);
+    }
+
+    #[test]
+    fn every_error_name_a_script_replies_with_has_a_kind() {
+        for id in ScriptId::ALL {
+            let code = crate::scripts::text(id);
+            for (i, _) in code.match_indices("error_reply('RMQ_") {
+                let name: String = code[i + "error_reply('".len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                    .collect();
+                assert!(
+                    error_kind(Some(&name), "").is_some(),
+                    "{id:?} replies {name}, which no ErrorKind maps"
+                );
+            }
+        }
+        assert_eq!(
+            error_kind(None, "RMQ_BADARG unknown lease op x"),
+            Some(ErrorKind::InvalidArgument)
+        );
+    }
+}

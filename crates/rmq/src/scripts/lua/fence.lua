@@ -1,0 +1,20 @@
+-- fence.lua: serial mode's check of the caller's slot lease (fencing).
+
+-- Serial mode: is the slot leased to `owner` with `epoch`, right now?
+-- Also returns whether any live lease is held (parallel consumers skip such slots).
+-- Returns: whether the caller may go on (a serial caller must hold the live
+-- lease at its epoch; a parallel caller always may), whether a serial owner
+-- holds the slot now, and until when (ms).
+local function lease_check(owner, epoch, now)
+  local l = redis.call('HMGET', K.l, 'owner', 'epoch', 'until')
+  local till = tonumber(l[3] or '0') or 0
+  local live = l[1] ~= false and l[1] ~= '' and till > now
+  if owner == '' then
+    return true, live, till
+  end
+  return live and l[1] == owner and l[2] == epoch, live, till
+end
+
+local function fenced_reply(slot, epoch)
+  return redis.error_reply('RMQ_FENCED slot ' .. slot .. ' is no longer leased to this consumer at epoch ' .. epoch)
+end

@@ -1,0 +1,97 @@
+-- layout.lua: the ten keys of a slot, key-type checks, numbers and time.
+-- An include: scripts name it on their '-- Includes:' line and the build
+-- puts it before their body (Lua has no includes), so its helpers are local
+-- to each script and nothing is global.
+--
+-- Every slot script receives the same ten keys, all under one hash tag:
+--   KEYS[1] q  ZSET  pending messages: member = merge key, score = order
+--   KEYS[2] d  HASH  merge key -> payload of a pending, retry-waiting or in-flight message
+--   KEYS[3] f  ZSET  in flight: member = delivery id "<token>,<attempts>,<score>|<key>",
+--                    score = lease deadline (ms). The id carries everything a
+--                    settle needs, so taking a message writes one zset member and
+--                    nothing else; token is unique per slot (counter `tok`).
+--   KEYS[4] n  HASH  merge key -> record of a duplicate that arrived while in flight
+--   KEYS[5] m  HASH  slot counters: sent merged delivered acked retried dead dropped seq tok
+--   KEYS[6] r  ZSET  priority retries waiting out their backoff: score = retry time (ms)
+--   KEYS[7] x  ZSET  dead letters: member = merge key, score = time of death (ms)
+--   KEYS[8] X  HASH  merge key -> dead-letter record
+--   KEYS[9] a  HASH  merge key -> "<attempts>,<score>" of a message that was
+--                    delivered and is waiting again (pending in q or a retry in r);
+--                    score is its place in q (priority*2^32 + FIFO part, or due
+--                    time in ms). A never-delivered or in-flight message has no
+--                    entry here, so a pending message costs one zset member and
+--                    one hash field holding just its payload.
+-- A key is in flight when d holds it and neither q nor r does.
+--   KEYS[10] l HASH  serial mode: the slot's lease: owner, epoch, until (ms)
+-- A parked duplicate (n) is "<score>|<payload>".
+-- A dead-letter record is "<attempts>,<score>,<dead_ms>,<deaths>,<errlen>|<error><payload>".
+--
+-- Scripts check every precondition (key types, arguments) before their
+-- first write, because a Lua error does not roll back earlier writes. A key
+-- counts as checked once a typed read of it succeeded (a read of a foreign
+-- type raises WRONGTYPE before anything was written); the hot paths read most
+-- of their keys anyway and check only the rest (check_keys), other paths check
+-- all ten (check_types).
+
+local TWO32 = 4294967296
+-- Largest due time or delay end accepted (ms): scores stay exact doubles and
+-- fit Redis' integer replies (2^53 - 1).
+local MAX_TIME = 9007199254740991
+
+local K = {
+  q = KEYS[1], d = KEYS[2], f = KEYS[3], n = KEYS[4],
+  m = KEYS[5], r = KEYS[6], x = KEYS[7], X = KEYS[8], a = KEYS[9], l = KEYS[10],
+}
+
+-- A whole number as decimal digits. '%d' formats integers directly, which
+-- costs a fraction of Lua's float formatting ('%.14g' or '%.0f').
+local function fmt(n)
+  if n > -2 ^ 62 and n < 2 ^ 62 and n == math.floor(n) then
+    return string.format('%d', n)
+  end
+  return string.format('%.0f', n)
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local TYPE_OF = { q = 'zset', d = 'hash', f = 'zset', n = 'hash', m = 'hash', r = 'zset', x = 'zset', X = 'hash', a = 'hash', l = 'hash' }
+
+-- Refuses to run (before any write) when one of the named queue keys
+-- ('d', 'm', ...) holds a foreign type.
+local function check_keys(...)
+  for _, name in ipairs({ ... }) do
+    local key, expected = K[name], TYPE_OF[name]
+    local t = redis.call('TYPE', key)['ok']
+    if t ~= 'none' and t ~= expected then
+      return redis.error_reply('RMQ_WRONGTYPE ' .. key .. ' holds a ' .. t .. ', expected a ' .. expected)
+    end
+  end
+  return nil
+end
+
+-- The same for all ten keys.
+local function check_types()
+  return check_keys('q', 'd', 'f', 'n', 'm', 'r', 'x', 'X', 'a', 'l')
+end
+
+-- All ten keys when `all`, else only the named ones (those the caller's
+-- path writes without having read them first).
+local function check_all_or(all, ...)
+  if all then
+    return check_types()
+  end
+  return check_keys(...)
+end
+
+-- Calls a variadic command in chunks (Lua's unpack has a stack limit).
+local function bulk(cmd, key, args, step)
+  local n = #args
+  local per = 4000 - (4000 % step)
+  for i = 1, n, per do
+    local j = math.min(i + per - 1, n)
+    redis.call(cmd, key, unpack(args, i, j))
+  end
+end

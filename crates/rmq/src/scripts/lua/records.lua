@@ -1,0 +1,70 @@
+-- records.lua: how rmq writes what it keeps per message in Redis values:
+-- attempts and score of a message waiting again (a), delivery ids (f),
+-- parked duplicates (n), dead-letter records (X), priority scores.
+
+local function meta_make(attempts, score)
+  return attempts .. ',' .. fmt(score)
+end
+
+-- Returns attempts, score (a third field, from older versions, is ignored).
+local function meta_parse(v)
+  local a, s = string.match(v, '^(%d+),(%-?%d+)')
+  return tonumber(a), tonumber(s)
+end
+
+-- A delivery id (the in-flight member): score is kept as the string it was
+-- read as, so the id needs no number formatting.
+local function flight_make(token, attempts, score, key)
+  if attempts == 1 then
+    return fmt(token) .. ',1,' .. score .. '|' .. key
+  end
+  return fmt(token) .. ',' .. fmt(attempts) .. ',' .. score .. '|' .. key
+end
+
+-- The merge key of a delivery id (nil for a malformed one).
+local function flight_key(id)
+  local bar = string.find(id, '|', 1, true)
+  if not bar then
+    return nil
+  end
+  return string.sub(id, bar + 1)
+end
+
+-- Returns token, attempts, score, key; nil for a malformed id.
+local function flight_parse(id)
+  local t, a, s, p = string.match(id, '^(%d+),(%d+),([^|,]+)|()')
+  if not t then
+    return nil
+  end
+  return t, tonumber(a), tonumber(s), string.sub(id, p)
+end
+
+local function parked_make(score, payload)
+  return fmt(score) .. '|' .. payload
+end
+
+-- Returns score, payload.
+local function parked_parse(v)
+  local s, p = string.match(v, '^(%-?%d+)|()')
+  return tonumber(s), string.sub(v, p)
+end
+
+local function dead_make(attempts, score, dead_ms, deaths, err, payload)
+  return attempts .. ',' .. fmt(score) .. ',' .. fmt(dead_ms) .. ',' .. deaths .. ',' .. #err .. '|' .. err .. payload
+end
+
+-- Returns attempts, score, dead_ms, deaths, error, payload.
+local function dead_parse(v)
+  local a, s, dm, c, el, p = string.match(v, '^(%d+),(%-?%d+),(%d+),(%d+),(%d+)|()')
+  el = tonumber(el)
+  return tonumber(a), tonumber(s), tonumber(dm), tonumber(c), string.sub(v, p, p + el - 1), string.sub(v, p + el)
+end
+
+-- Priority score: higher priority first, then lower sequence (FIFO).
+local function priority_score(priority, seq)
+  return priority * TWO32 + (TWO32 - 1 - (seq % TWO32))
+end
+
+local function priority_reorder(score, priority)
+  return priority * TWO32 + (score % TWO32)
+end
