@@ -16,6 +16,7 @@ mod cmd;
 mod connect;
 mod output;
 mod reaper;
+mod throwaway;
 
 use std::process::ExitCode;
 

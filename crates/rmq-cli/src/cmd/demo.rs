@@ -2,8 +2,8 @@
 //! badly, in a few seconds, with nothing to set up.
 //!
 //! Without `--redis` and without `REDIS_URL` it starts a throwaway
-//! `redis-server` (from the test-support crate: loopback only, a free port,
-//! its own temporary directory) and stops it at the end. With a Redis given,
+//! `redis-server` (`throwaway.rs`: loopback only, a free port, its own
+//! temporary directory) and stops it at the end. With a Redis given,
 //! it works under a fresh random prefix `rmq-demo-<random>` and deletes that
 //! prefix's keys at the end, so it never touches the user's queues.
 //!
@@ -22,9 +22,9 @@ use futures::StreamExt;
 use rmq::{
     CancellationToken, Client, Deliveries, Delivery, Message, Settled, Topic, TopicKind, TopicSpec,
 };
-use rmq_test_support::RedisServer;
 
 use crate::output::{self, clock};
+use crate::throwaway::Server;
 use crate::{connect, CliError, CliResult, Global};
 
 /// How long any one step may wait for a message.
@@ -105,8 +105,8 @@ pub async fn run(g: &Global, _a: DemoArgs) -> CliResult {
     let result = steps(&client).await;
     drop(client);
     let cleanup = match server {
-        Some(mut s) => {
-            s.stop();
+        Some(s) => {
+            drop(s);
             say("\nstopped the throwaway redis-server")
         }
         None => match delete_prefix(&url, &prefix, g.cluster).await {
@@ -146,31 +146,22 @@ fn on_path(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
-/// Starts a throwaway server; its start-up failures are panics in the
-/// test-support crate, turned here into one error line.
-async fn start_server() -> CliResult<RedisServer> {
+/// Starts a throwaway server (`throwaway.rs`).
+async fn start_server() -> CliResult<Server> {
     if !on_path("redis-server") {
         return Err(CliError::runtime(
             "redis-server is not installed (run scripts/ensure-deps.sh, or pass --redis URL)",
         ));
     }
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let started = tokio::task::spawn_blocking(RedisServer::start).await;
-    std::panic::set_hook(previous);
-    started.map_err(|e| {
-        let why = if e.is_panic() {
-            let p = e.into_panic();
-            p.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown failure".into())
-        } else {
-            e.to_string()
-        };
-        let first = why.lines().next().unwrap_or_default().to_string();
-        CliError::runtime(format!("cannot start a throwaway redis-server: {first}"))
-    })
+    match tokio::task::spawn_blocking(Server::start).await {
+        Ok(Ok(server)) => Ok(server),
+        Ok(Err(why)) => Err(CliError::runtime(format!(
+            "cannot start a throwaway redis-server: {why}"
+        ))),
+        Err(e) => Err(CliError::runtime(format!(
+            "cannot start a throwaway redis-server: {e}"
+        ))),
+    }
 }
 
 /// Deletes every key under `prefix:` (only ever the demo's random prefix),
