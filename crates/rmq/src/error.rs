@@ -139,10 +139,25 @@ fn redis_error_is_transient(e: &redis::RedisError) -> bool {
         || e.code() == Some("OOM")
 }
 
+/// The error names scripts reply with (`redis.error_reply('RMQ_… …')`).
+const SCRIPT_ERRORS: [(&str, ErrorKind); 3] = [
+    ("RMQ_WRONGTYPE", ErrorKind::WrongType),
+    ("RMQ_FENCED", ErrorKind::Fenced),
+    ("RMQ_BADARG", ErrorKind::InvalidArgument),
+];
+
+/// The kind of an `RMQ_*` error reply, from its code or the start of its text.
+pub(crate) fn script_error_kind(code: Option<&str>, detail: &str) -> Option<ErrorKind> {
+    SCRIPT_ERRORS
+        .iter()
+        .find(|(name, _)| code == Some(*name) || detail.starts_with(name))
+        .map(|&(_, kind)| kind)
+}
+
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
         let detail = e.detail().unwrap_or_default().to_string();
-        let named = crate::scripts::codes::error_kind(e.code(), &detail);
+        let named = script_error_kind(e.code(), &detail);
         let (kind, message) = if named == Some(ErrorKind::Fenced) {
             (
                 ErrorKind::Fenced,

@@ -98,10 +98,10 @@ mod value;
 
 pub use admin::{DeadLetter, DeadSelection, Pending, Stats, TopicStats};
 pub use client::{redact, Client, ClientOptions, Password, ServerWarning, TlsOptions};
-pub use consumer::{ConsumerBuilder, Deliveries, Delivery, LeaseLost, Outcome, RunReport, Settled};
+pub use consumer::{ConsumerBuilder, Deliveries, Delivery, LeaseLost, Outcome, RunReport};
 pub use error::{Error, ErrorKind, Result};
 pub use group::{Coordinator, LeaseReply};
-pub use message::{Message, Received, Sent, MAX_KEY_BYTES, MAX_TIME_MS};
+pub use message::{Message, Received, Sent, Settled, MAX_KEY_BYTES, MAX_TIME_MS};
 pub use producer::{BatchReport, MAX_BATCH};
 pub use slot::slot_of;
 pub use tokio_util::sync::CancellationToken;

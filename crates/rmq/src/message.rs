@@ -263,3 +263,15 @@ impl Received {
         }
     }
 }
+
+/// How a delivery ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Acked, extended or released as asked; for a nack, scheduled for a retry.
+    Done,
+    /// Moved to the dead letters.
+    Dead,
+    /// A duplicate that arrived while it was in flight took its place
+    /// (the newer payload wins) and is pending now.
+    Superseded,
+}

@@ -38,7 +38,6 @@ use tokio_util::sync::CancellationToken;
 
 pub use delivery::{Delivery, LeaseLost};
 pub use runner::{Outcome, RunReport};
-pub use settler::Settled;
 
 use crate::group::{keep_leases, validate_group, Coordinator, RedisCoordinator, SerialConfig};
 use crate::topic::Topic;

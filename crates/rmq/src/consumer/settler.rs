@@ -26,17 +26,7 @@ const PER_CALL: usize = 500;
 /// Owner and epoch of a serial-mode settle, as a grouping key.
 type FenceKey = (std::sync::Arc<str>, u64);
 
-/// How a delivery ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settled {
-    /// Acked, extended or released as asked; for a nack, scheduled for a retry.
-    Done,
-    /// Moved to the dead letters.
-    Dead,
-    /// A duplicate that arrived while it was in flight took its place
-    /// (the newer payload wins) and is pending now.
-    Superseded,
-}
+pub(crate) use crate::message::Settled;
 
 #[derive(Debug, Clone)]
 pub(crate) enum Op {

@@ -1,26 +1,12 @@
-//! Every script reply code and every `RMQ_*` error name, decoded in one
-//! place: callers match on [`ErrorKind`]s and typed outcomes, never on
-//! numbers or strings. The codes are the contract headers' (`lua/*.lua`);
-//! a unit test holds each table against its script's header.
+//! Every script reply code, decoded in one place: callers match on
+//! [`ErrorKind`]s and typed outcomes, never on numbers. The codes are the
+//! contract headers' (`lua/*.lua`); a unit test holds each table against
+//! its script's header. (The `RMQ_*` error names are decoded with every
+//! other Redis error, in `crate::error`; a test here checks that each name a
+//! script replies with has a kind.)
 
-use crate::consumer::Settled;
 use crate::error::{Error, ErrorKind, Result};
-use crate::message::Sent;
-
-/// The error names scripts reply with (`redis.error_reply('RMQ_… …')`).
-pub(crate) const ERROR_NAMES: [(&str, ErrorKind); 3] = [
-    ("RMQ_WRONGTYPE", ErrorKind::WrongType),
-    ("RMQ_FENCED", ErrorKind::Fenced),
-    ("RMQ_BADARG", ErrorKind::InvalidArgument),
-];
-
-/// The kind of an `RMQ_*` error reply, from its code or the start of its text.
-pub(crate) fn error_kind(code: Option<&str>, detail: &str) -> Option<ErrorKind> {
-    ERROR_NAMES
-        .iter()
-        .find(|(name, _)| code == Some(*name) || detail.starts_with(name))
-        .map(|&(_, kind)| kind)
-}
+use crate::message::{Sent, Settled};
 
 /// One message's code in a send reply (send.lua): 1 new, 2 merged into a
 /// pending message, 3 new behind the same key in flight, 4 merged into the
@@ -133,13 +119,13 @@ mod tests {
                     .take_while(|c| c.is_ascii_uppercase() || *c == '_')
                     .collect();
                 assert!(
-                    error_kind(Some(&name), "").is_some(),
+                    crate::error::script_error_kind(Some(&name), "").is_some(),
                     "{id:?} replies {name}, which no ErrorKind maps"
                 );
             }
         }
         assert_eq!(
-            error_kind(None, "RMQ_BADARG unknown lease op x"),
+            crate::error::script_error_kind(None, "RMQ_BADARG unknown lease op x"),
             Some(ErrorKind::InvalidArgument)
         );
     }
