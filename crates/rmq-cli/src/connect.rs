@@ -9,7 +9,14 @@ use crate::{CliError, CliResult, Global};
 /// Connects to `--redis` (or `REDIS_URL`, or the default) under `--prefix`,
 /// as `REDIS_USERNAME` / `REDIS_PASSWORD` when those are set.
 pub async fn client(g: &Global) -> CliResult<Client> {
-    client_with(g.url(), &g.prefix, g.cluster, tls_options(g)?, g.functions).await
+    let mut options = ClientOptions::default()
+        .prefix(&g.prefix)
+        .functions(g.functions)
+        .failover_window(std::time::Duration::from_millis(g.failover_window));
+    if let Some(tls) = tls_options(g)? {
+        options = options.tls(tls);
+    }
+    client_with(g.url(), g.cluster, options).await
 }
 
 /// The TLS files of `--tls-ca`, `--tls-cert` and `--tls-key`, read.
@@ -35,21 +42,12 @@ fn tls_options(g: &Global) -> CliResult<Option<rmq::TlsOptions>> {
 /// Connects to `url` under `prefix`; with `cluster`, `url` is one or more
 /// comma-separated seed nodes of a Redis Cluster.
 pub async fn client_at(url: &str, prefix: &str, cluster: bool) -> CliResult<Client> {
-    client_with(url, prefix, cluster, None, false).await
+    client_with(url, cluster, ClientOptions::default().prefix(prefix)).await
 }
 
-/// Like [`client_at`], with TLS settings.
-pub async fn client_with(
-    url: &str,
-    prefix: &str,
-    cluster: bool,
-    tls: Option<rmq::TlsOptions>,
-    functions: bool,
-) -> CliResult<Client> {
-    let mut options = ClientOptions::default().prefix(prefix).functions(functions);
-    if let Some(tls) = tls {
-        options = options.tls(tls);
-    }
+/// Connects to `url` with `options` (plus credentials from the environment).
+async fn client_with(url: &str, cluster: bool, mut options: ClientOptions) -> CliResult<Client> {
+    let prefix = options.prefix.clone();
     // Credentials from the environment (never from a flag: flags show in `ps`).
     if let Ok(pw) = std::env::var("REDIS_PASSWORD") {
         let user = std::env::var("REDIS_USERNAME")

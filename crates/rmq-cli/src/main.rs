@@ -59,6 +59,16 @@ pub struct Global {
     /// (`rmq functions load`) with FCALL; never load or send Lua
     #[arg(long, env = "RMQ_FUNCTIONS", global = true)]
     pub functions: bool,
+    /// Redis Cluster: how long a command keeps trying while a master fails
+    /// over, before it gives up (ms; raise it with cluster-node-timeout)
+    #[arg(
+        long,
+        value_name = "MS",
+        env = "RMQ_FAILOVER_WINDOW",
+        global = true,
+        default_value_t = 15_000
+    )]
+    pub failover_window: u64,
     /// Key prefix (namespace) of the queues
     #[arg(long, value_name = "NS", default_value = "rmq", global = true)]
     pub prefix: String,

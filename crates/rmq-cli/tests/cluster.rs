@@ -111,7 +111,17 @@ fn a_consumer_started_while_the_topic_registrys_master_fails_over_waits_and_cons
         .map(|(_, u)| u.clone())
         .collect();
     cluster.kill(m);
-    let r = rmq(&seeds.join(","), &["consume", "jobs", "--max", "20"]);
+    let r = rmq(
+        &seeds.join(","),
+        &[
+            "--failover-window",
+            "15000",
+            "consume",
+            "jobs",
+            "--max",
+            "20",
+        ],
+    );
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.stdout.lines().count(), 20, "{r:?}");
     assert!(!r.stderr.contains("error"), "{r:?}");
