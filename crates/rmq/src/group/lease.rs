@@ -17,9 +17,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{assign, Coordinator, Fence, SerialConfig, SlotEvents};
-use crate::scripts::{self, ScriptId};
+use crate::scripts::lease::{LeaseAnswer, LeaseOp, LeaseRequest};
 use crate::topic::Topic;
-use crate::value::{int_at, items};
 
 /// One owned slot.
 #[derive(Debug)]
@@ -136,24 +135,6 @@ fn plan(o: &mut Ownership, desired: Option<&HashSet<u32>>, leaving: bool) -> Vec
     plans
 }
 
-/// What `lease.lua` answered for one slot: its code (1 granted, 2 release
-/// refused while in flight, 0 refused) and, when granted, the epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct LeaseAnswer {
-    code: Option<i64>,
-    epoch: Option<u64>,
-}
-
-impl LeaseAnswer {
-    fn of(v: redis::Value) -> LeaseAnswer {
-        let a = items(v);
-        LeaseAnswer {
-            code: int_at(&a, 0),
-            epoch: int_at(&a, 1).and_then(|e| u64::try_from(e).ok()),
-        }
-    }
-}
-
 /// Applies this round's answers (None: that call failed) to the ownership;
 /// a granted lease counts locally until `valid_until`. Returns the slots
 /// newly acquired. A refused renewal or a release loses the slot (its
@@ -167,7 +148,7 @@ fn apply(
 ) -> Vec<u32> {
     let mut acquired = Vec::new();
     for ((slot, plan), answer) in plans.into_iter().zip(answers) {
-        let code = answer.and_then(|a| a.code);
+        let code = answer.as_ref().and_then(|a| a.code);
         let granted = code == Some(1);
         match (plan, granted, answer.and_then(|a| a.epoch)) {
             (Plan::Acquire, true, Some(epoch)) => {
@@ -195,27 +176,6 @@ fn apply(
         }
     }
     acquired
-}
-
-fn lease_call(
-    topic: &Topic,
-    slot: u32,
-    op: &str,
-    owner: &str,
-    epoch: u64,
-    ttl_ms: &str,
-) -> (ScriptId, redis::Cmd) {
-    let epoch = epoch.to_string();
-    let args: [&[u8]; 4] = [
-        op.as_bytes(),
-        owner.as_bytes(),
-        epoch.as_bytes(),
-        ttl_ms.as_bytes(),
-    ];
-    (
-        ScriptId::Lease,
-        scripts::call(ScriptId::Lease, &topic.slot_keys(slot), &args),
-    )
 }
 
 /// Gives up, between keeper rounds too, every lease whose local validity
@@ -249,7 +209,7 @@ pub(crate) async fn keep_leases(
     stop: CancellationToken,
 ) {
     let tick = cfg.tick();
-    let ttl_ms = cfg.lease_ttl.as_millis().to_string();
+    let ttl_ms = u64::try_from(cfg.lease_ttl.as_millis()).unwrap_or(u64::MAX);
     // A lease counts here for half its time after the renewal was sent;
     // renewals come every quarter and each call may take a quarter at most,
     // so a slow or cut-off Redis makes this consumer give the slot up (and
@@ -290,12 +250,27 @@ pub(crate) async fn keep_leases(
             };
             plan(&mut o, desired.as_ref(), leaving)
         };
+        let keys: Vec<[String; 10]> = plans
+            .iter()
+            .map(|(slot, _)| topic.slot_keys(*slot))
+            .collect();
         let calls = plans
             .iter()
-            .map(|(slot, p)| match p {
-                Plan::Acquire => lease_call(&topic, *slot, "acquire", &member, 0, &ttl_ms),
-                Plan::Renew(e) => lease_call(&topic, *slot, "renew", &member, *e, &ttl_ms),
-                Plan::Release(e) => lease_call(&topic, *slot, "release", &member, *e, &ttl_ms),
+            .zip(&keys)
+            .map(|((_, p), keys)| {
+                let (op, epoch) = match *p {
+                    Plan::Acquire => (LeaseOp::Acquire, 0),
+                    Plan::Renew(e) => (LeaseOp::Renew, e),
+                    Plan::Release(e) => (LeaseOp::Release, e),
+                };
+                LeaseRequest {
+                    keys,
+                    op,
+                    owner: &member,
+                    epoch,
+                    ttl_ms,
+                }
+                .call()
             })
             .collect();
         let sent_at = Instant::now();
@@ -358,6 +333,7 @@ mod tests {
 
     fn granted(epoch: u64) -> Option<LeaseAnswer> {
         Some(LeaseAnswer {
+            owner: None,
             code: Some(1),
             epoch: Some(epoch),
         })
@@ -409,10 +385,12 @@ mod tests {
             Some(LeaseAnswer {
                 code: Some(0),
                 epoch: None,
+                owner: Some("other".into()),
             }), // renewal refused
             Some(LeaseAnswer {
                 code: Some(2),
                 epoch: Some(7),
+                owner: None,
             }), // still in flight
             granted(8),
             granted(9),

@@ -27,6 +27,7 @@ pub(crate) use lease::{keep_leases, Ownership};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys;
+use crate::scripts::lease::{LeaseAnswer, LeaseOp, LeaseRequest};
 use crate::scripts::{self, ScriptId};
 use crate::topic::Topic;
 use crate::value::{bytes_at, items};
@@ -157,40 +158,35 @@ impl Topic {
         epoch: u64,
         ttl: Duration,
     ) -> Result<LeaseReply> {
-        if slot >= self.spec().slots
-            || !["acquire", "renew", "release"].contains(&op)
-            || owner.is_empty()
-        {
+        let op = LeaseOp::parse(op).filter(|_| slot < self.spec().slots && !owner.is_empty());
+        let Some(op) = op else {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
                 "bad slot, lease op or owner",
             ));
+        };
+        let keys = self.slot_keys(slot);
+        let (id, cmd) = LeaseRequest {
+            keys: &keys,
+            op,
+            owner,
+            epoch,
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
         }
-        let (epoch_s, ttl_s) = (epoch.to_string(), ttl.as_millis().max(1).to_string());
-        let args: [&[u8]; 4] = [
-            op.as_bytes(),
-            owner.as_bytes(),
-            epoch_s.as_bytes(),
-            ttl_s.as_bytes(),
-        ];
-        let cmd = scripts::call(ScriptId::Lease, &self.slot_keys(slot), &args);
-        let a = items(self.redis().run_one(ScriptId::Lease, cmd).await?);
-        let granted = crate::value::int_at(&a, 0) == Some(1);
+        .call();
+        let answer = LeaseAnswer::of(self.redis().run_one(id, cmd).await?);
+        let granted = answer.granted();
         Ok(LeaseReply {
             granted,
             epoch: if granted {
-                crate::value::int_at(&a, 1)
-                    .and_then(|e| u64::try_from(e).ok())
-                    .unwrap_or(0)
+                answer.epoch.unwrap_or(0)
             } else {
                 0
             },
             owner: if granted {
                 owner.to_string()
             } else {
-                bytes_at(&a, 1)
-                    .map(|b| String::from_utf8_lossy(&b).into_owned())
-                    .unwrap_or_default()
+                answer.owner.unwrap_or_default()
             },
         })
     }

@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 
 pub(crate) mod codes;
 pub(crate) mod functions;
+pub(crate) mod lease;
 
 /// The helpers scripts share, one include per concern, in the order they
 /// are put before a script's body (a later one may use an earlier one).
