@@ -305,26 +305,15 @@ pub struct Topic {
     pub(crate) ctx: std::sync::Arc<crate::context::Context>,
     pub(crate) spec: std::sync::Arc<TopicSpec>,
     pub(crate) channel: std::sync::Arc<str>,
-    pub(crate) args: std::sync::Arc<ScriptArgs>,
+    pub(crate) args: std::sync::Arc<crate::scripts::TopicArgs>,
     /// Durable sends: WAIT for this many replicas after each send.
     pub(crate) durability: Option<crate::conn::WaitFor>,
-}
-
-/// The topic settings every pop and settle call passes, as strings, made once.
-#[derive(Debug)]
-pub(crate) struct ScriptArgs {
-    pub(crate) kind: &'static str,
-    pub(crate) lease: String,
-    pub(crate) max_attempts: String,
-    pub(crate) backoff: String,
-    pub(crate) backoff_max: String,
-    pub(crate) dead_max: String,
 }
 
 impl Topic {
     pub(crate) fn new(ctx: std::sync::Arc<crate::context::Context>, spec: TopicSpec) -> Topic {
         let channel = crate::keys::wake_channel(&ctx.prefix, &spec.name).into();
-        let args = std::sync::Arc::new(ScriptArgs {
+        let args = std::sync::Arc::new(crate::scripts::TopicArgs {
             kind: spec.kind.code(),
             lease: spec.lease_ms.to_string(),
             max_attempts: spec.max_attempts.to_string(),

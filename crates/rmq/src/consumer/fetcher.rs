@@ -20,7 +20,8 @@ use super::Shared;
 use crate::error::ErrorKind;
 use crate::group::{Claim, Fence};
 use crate::message::Received;
-use crate::scripts::{self, ScriptId};
+use crate::scripts::pop::PopRequest;
+use crate::scripts::ScriptId;
 use crate::topic::{Topic, TopicKind, TopicSpec};
 use crate::value::{as_int, bytes_at, int_at, items};
 
@@ -44,31 +45,15 @@ pub(crate) fn pop_call(
     count: usize,
     fence: Option<&Fence>,
 ) -> (ScriptId, redis::Cmd) {
-    let a = &topic.args;
-    let count = count.to_string();
-    let jitter = rand::random::<f64>().to_string();
-    let slot_s = slot.to_string();
-    let channel = topic.channel_for(slot);
-    let epoch = fence.map(|f| f.epoch.to_string()).unwrap_or_default();
-    let owner: &str = fence.map(|f| &*f.owner).unwrap_or("");
-    let args: [&[u8]; 12] = [
-        a.kind.as_bytes(),
-        count.as_bytes(),
-        a.lease.as_bytes(),
-        a.max_attempts.as_bytes(),
-        a.backoff.as_bytes(),
-        a.backoff_max.as_bytes(),
-        jitter.as_bytes(),
-        channel.as_bytes(),
-        slot_s.as_bytes(),
-        a.dead_max.as_bytes(),
-        owner.as_bytes(),
-        epoch.as_bytes(),
-    ];
-    (
-        ScriptId::Pop,
-        scripts::call(ScriptId::Pop, &topic.slot_keys(slot), &args),
-    )
+    PopRequest {
+        keys: &topic.slot_keys(slot),
+        topic: &topic.args,
+        count,
+        channel: &topic.channel_for(slot),
+        slot,
+        fence: fence.map(|f| (&*f.owner, f.epoch)),
+    }
+    .call()
 }
 
 pub(crate) async fn fetch_loop(

@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::group::Fence;
-use crate::scripts::{self, ScriptId};
+use crate::scripts::settle::SettleRequest;
 use crate::topic::Topic;
 use crate::value::{int_at, items};
 
@@ -28,27 +28,7 @@ type FenceKey = (std::sync::Arc<str>, u64);
 
 pub(crate) use crate::message::Settled;
 
-#[derive(Debug, Clone)]
-pub(crate) enum Op {
-    Ack,
-    Nack { delay_ms: i64, error: String },
-    Dead { error: String },
-    Extend { ms: u64 },
-    Release,
-}
-
-impl Op {
-    /// Its letter in settle.lua's operation string.
-    fn code(&self) -> u8 {
-        match self {
-            Op::Ack => b'a',
-            Op::Nack { .. } => b'n',
-            Op::Dead { .. } => b'd',
-            Op::Extend { .. } => b'e',
-            Op::Release => b'r',
-        }
-    }
-}
+pub(crate) use crate::scripts::settle::Op;
 
 pub(crate) struct Request {
     pub(crate) slot: u32,
@@ -134,62 +114,26 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
         let f = r.fence.as_ref().map(|f| (f.owner.clone(), f.epoch));
         by_slot.entry((r.slot, f)).or_default().push(r);
     }
-    let a = &topic.args;
-    let jitter = rand::random::<f64>().to_string();
     let mut calls = Vec::new();
     let mut groups: Vec<Vec<Request>> = Vec::new();
     for ((slot, fence), reqs) in by_slot {
         let keys = topic.slot_keys(slot);
-        let slot_s = slot.to_string();
         let channel = topic.channel_for(slot);
-        let owner: std::sync::Arc<str> = fence
-            .as_ref()
-            .map(|f| f.0.clone())
-            .unwrap_or_else(|| "".into());
-        let epoch = fence.as_ref().map(|f| f.1.to_string()).unwrap_or_default();
         let mut reqs = reqs;
         while !reqs.is_empty() {
             let rest = reqs.split_off(reqs.len().min(PER_CALL));
             let chunk = std::mem::replace(&mut reqs, rest);
-            let nums: Vec<String> = chunk
-                .iter()
-                .map(|r| match &r.op {
-                    Op::Nack { delay_ms, .. } => delay_ms.to_string(),
-                    Op::Extend { ms } => ms.to_string(),
-                    _ => String::new(),
-                })
-                .collect();
-            let ops: Vec<u8> = chunk.iter().map(|r| r.op.code()).collect();
-            let mut args: Vec<&[u8]> = vec![
-                a.kind.as_bytes(),
-                a.max_attempts.as_bytes(),
-                a.backoff.as_bytes(),
-                a.backoff_max.as_bytes(),
-                jitter.as_bytes(),
-                channel.as_bytes(),
-                slot_s.as_bytes(),
-                a.dead_max.as_bytes(),
-                owner.as_bytes(),
-                epoch.as_bytes(),
-                &ops,
-            ];
-            // Each operation's args, as settle.lua reads them.
-            for (i, r) in chunk.iter().enumerate() {
-                args.push(&r.id);
-                match &r.op {
-                    Op::Nack { error, .. } => {
-                        args.push(nums[i].as_bytes());
-                        args.push(error.as_bytes());
-                    }
-                    Op::Dead { error } => args.push(error.as_bytes()),
-                    Op::Extend { .. } => args.push(nums[i].as_bytes()),
-                    Op::Ack | Op::Release => {}
+            calls.push(
+                SettleRequest {
+                    keys: &keys,
+                    topic: &topic.args,
+                    channel: &channel,
+                    slot,
+                    fence: fence.as_ref().map(|(owner, epoch)| (&**owner, *epoch)),
+                    ops: chunk.iter().map(|r| (r.id.as_slice(), &r.op)).collect(),
                 }
-            }
-            calls.push((
-                ScriptId::Settle,
-                scripts::call(ScriptId::Settle, &keys, &args),
-            ));
+                .call(),
+            );
             groups.push(chunk);
         }
     }

@@ -47,7 +47,7 @@ pub(crate) struct LeaseRequest<'a> {
 }
 
 /// The script's ARGV, by the names its header gives them, in order.
-pub(crate) const ARGV: [&str; 4] = ["op", "owner", "epoch", "time"];
+pub(crate) const ARGV: [&str; 4] = ["op", "owner", "epoch", "ttl_ms"];
 
 impl LeaseRequest<'_> {
     pub(crate) fn call(&self) -> (ScriptId, Cmd) {
@@ -105,32 +105,9 @@ impl LeaseAnswer {
 mod tests {
     use super::*;
 
-    /// `ARGV[n] name` entries of a script's header, in order of n.
-    pub(crate) fn header_argv(id: ScriptId) -> Vec<String> {
-        let (_, body) = id.source();
-        let mut found: Vec<(usize, String)> = Vec::new();
-        for line in body.lines().take_while(|l| l.starts_with("--")) {
-            for part in line.split("ARGV[").skip(1) {
-                let Some((n, rest)) = part.split_once(']') else {
-                    continue;
-                };
-                let (Ok(n), Some(name)) = (n.parse::<usize>(), rest.split_whitespace().next())
-                else {
-                    continue;
-                };
-                let name = name.trim_end_matches(':').to_string();
-                if !found.iter().any(|(m, _)| *m == n) {
-                    found.push((n, name));
-                }
-            }
-        }
-        found.sort();
-        found.into_iter().map(|(_, name)| name).collect()
-    }
-
     #[test]
     fn the_lease_request_sends_what_the_lua_header_names_in_its_order() {
-        assert_eq!(header_argv(ScriptId::Lease), ARGV);
+        assert_eq!(crate::scripts::header_argv(ScriptId::Lease), ARGV);
         let keys: Vec<String> = (0..10).map(|i| format!("{{t}}:{i}")).collect();
         let (_, cmd) = LeaseRequest {
             keys: &keys,

@@ -13,6 +13,8 @@ use std::sync::OnceLock;
 pub(crate) mod codes;
 pub(crate) mod functions;
 pub(crate) mod lease;
+pub(crate) mod pop;
+pub(crate) mod settle;
 
 /// The helpers scripts share, one include per concern, in the order they
 /// are put before a script's body (a later one may use an earlier one).
@@ -25,6 +27,18 @@ const INCLUDES: [(&str, &str); 5] = [
 ];
 /// Wraps the body of a script that may run twice (see `lua/memo.lua`).
 const MEMO: &str = include_str!("lua/memo.lua");
+
+/// The topic settings every pop and settle call passes, as strings, made
+/// once per topic.
+#[derive(Debug)]
+pub(crate) struct TopicArgs {
+    pub(crate) kind: &'static str,
+    pub(crate) lease: String,
+    pub(crate) max_attempts: String,
+    pub(crate) backoff: String,
+    pub(crate) backoff_max: String,
+    pub(crate) dead_max: String,
+}
 
 /// Identifies one script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,6 +153,29 @@ pub(crate) fn text(id: ScriptId) -> String {
     } else {
         format!("{common}\n{body}")
     }
+}
+
+/// The `ARGV[n] name` entries of a script's header, names in order of n
+/// (what a typed request's `ARGV` must equal).
+#[cfg(test)]
+pub(crate) fn header_argv(id: ScriptId) -> Vec<String> {
+    let (_, body) = id.source();
+    let mut found: Vec<(usize, String)> = Vec::new();
+    for line in body.lines().take_while(|l| l.starts_with("--")) {
+        for part in line.split("ARGV[").skip(1) {
+            let Some((n, rest)) = part.split_once(']') else {
+                continue;
+            };
+            let (Ok(n), Some(name)) = (n.parse::<usize>(), rest.split_whitespace().next()) else {
+                continue;
+            };
+            if !found.iter().any(|(m, _)| *m == n) {
+                found.push((n, name.trim_end_matches(':').to_string()));
+            }
+        }
+    }
+    found.sort();
+    found.into_iter().map(|(_, name)| name).collect()
 }
 
 /// A built script: its full source and SHA1.

@@ -3,9 +3,9 @@
 --
 -- KEYS: the ten slot keys (see layout.lua); l (the lease) and f (in flight) are used.
 -- ARGV[1] op: 'acquire' | 'renew' | 'release'
--- ARGV[2] owner (a consumer's random member id)
--- ARGV[3] epoch the caller holds (renew, release; ignored by acquire)
--- ARGV[4] time to live ms (acquire, renew)
+-- ARGV[2] owner: a consumer's random member id
+-- ARGV[3] epoch: the one the caller holds (renew, release; ignored by acquire)
+-- ARGV[4] ttl_ms: time to live (acquire, renew)
 -- The epoch (fencing token) increases on every change of owner and never
 -- decreases: the hash is never deleted, a release only clears the owner.
 -- A release is refused while the slot has a message in flight, so a lease

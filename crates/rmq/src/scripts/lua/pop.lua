@@ -2,13 +2,13 @@
 -- Includes: layout records notify lifecycle fence
 --
 -- KEYS: the ten slot keys (see layout.lua).
--- ARGV[1] kind ('p' | 'f' | 'r')
--- ARGV[2] how many messages to take at most (0 only reclaims and reports)
--- ARGV[3] lease ms
--- ARGV[4] max attempts
--- ARGV[5] backoff base ms     ARGV[6] backoff max ms     ARGV[7] jitter in [0,1)
--- ARGV[8] wake-up channel     ARGV[9] slot number        ARGV[10] dead letters kept per slot (0 = all)
--- ARGV[11] serial mode: the lease owner ('' in parallel mode)   ARGV[12] its epoch (fencing token)
+-- ARGV[1] kind: 'p' | 'f' | 'r'
+-- ARGV[2] count: how many messages to take at most (0 only reclaims and reports)
+-- ARGV[3] lease_ms: how long a delivery lasts
+-- ARGV[4] max_attempts
+-- ARGV[5] backoff_ms: first retry delay     ARGV[6] backoff_max_ms     ARGV[7] jitter: in [0,1)
+-- ARGV[8] channel: for wake-up notices      ARGV[9] slot: its number   ARGV[10] dead_max: dead letters kept per slot (0 = all)
+-- ARGV[11] owner: serial mode's lease owner ('' in parallel mode)   ARGV[12] epoch: its fencing token
 -- Serial mode takes one message, and only when nothing of the slot is in
 -- flight; a caller whose lease is not current is refused (RMQ_FENCED,
 -- nothing written). Parallel mode takes nothing from a slot a serial owner holds.

@@ -2,11 +2,11 @@
 -- Includes: layout records notify lifecycle fence
 --
 -- KEYS: the ten slot keys (see layout.lua).
--- ARGV[1] kind ('p' | 'f' | 'r')
--- ARGV[2] max attempts   ARGV[3] backoff base ms   ARGV[4] backoff max ms   ARGV[5] jitter in [0,1)
--- ARGV[6] wake-up channel   ARGV[7] slot number   ARGV[8] dead letters kept per slot (0 = all)
--- ARGV[9] serial mode: the lease owner ('' in parallel mode)   ARGV[10] its epoch
--- ARGV[11] the operations, one letter each, in order:
+-- ARGV[1] kind: 'p' | 'f' | 'r'
+-- ARGV[2] max_attempts   ARGV[3] backoff_ms: first retry delay   ARGV[4] backoff_max_ms   ARGV[5] jitter: in [0,1)
+-- ARGV[6] channel: for wake-up notices   ARGV[7] slot: its number   ARGV[8] dead_max: dead letters kept per slot (0 = all)
+-- ARGV[9] owner: serial mode's lease owner ('' in parallel mode)   ARGV[10] epoch: its fencing token
+-- ARGV[11] ops: the operations, one letter each, in order:
 --   'a' ack: the message is done and gone                      args: id
 --   'n' nack: failed; retry after <ms> (-1 = the topic's backoff)
 --       or dead after the last attempt                         args: id, ms, error text
@@ -14,7 +14,7 @@
 --   'e' extend: the lease now ends <ms> from now               args: id, ms
 --   'r' release: give the message back untouched (the attempt
 --       is not counted)                                        args: id
--- ARGV[12..] the operations' args, in the same order.
+-- ARGV[12..] args: the operations' args, in the same order.
 -- A delivery is named by the id pop returned; an id that is not in flight
 -- (lease expired and rolled back, or taken again) is refused.
 -- Acks of ids that appear once take a fast path: a few calls for the whole batch.

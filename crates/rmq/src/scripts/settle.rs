@@ -1,0 +1,128 @@
+//! `settle.lua`'s call, typed: phase two ends (or extends) in-flight
+//! deliveries of one slot, many in one call. Its reply codes are decoded in
+//! `codes.rs`.
+
+use redis::Cmd;
+
+use super::{ScriptId, TopicArgs};
+
+/// The script's fixed ARGV, by the names its header gives them, in order;
+/// the operations' own arguments follow.
+pub(crate) const ARGV: [&str; 11] = [
+    "kind",
+    "max_attempts",
+    "backoff_ms",
+    "backoff_max_ms",
+    "jitter",
+    "channel",
+    "slot",
+    "dead_max",
+    "owner",
+    "epoch",
+    "ops",
+];
+
+/// What to do with one delivery.
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    Ack,
+    Nack { delay_ms: i64, error: String },
+    Dead { error: String },
+    Extend { ms: u64 },
+    Release,
+}
+
+impl Op {
+    /// Its letter in settle.lua's operation string.
+    fn code(&self) -> u8 {
+        match self {
+            Op::Ack => b'a',
+            Op::Nack { .. } => b'n',
+            Op::Dead { .. } => b'd',
+            Op::Extend { .. } => b'e',
+            Op::Release => b'r',
+        }
+    }
+}
+
+/// One call of `settle.lua` on one slot: operations on deliveries, each
+/// named by the delivery id pop returned.
+pub(crate) struct SettleRequest<'a> {
+    /// The slot's ten keys.
+    pub(crate) keys: &'a [String],
+    pub(crate) topic: &'a TopicArgs,
+    /// The channel for wake-up notices of this slot.
+    pub(crate) channel: &'a str,
+    pub(crate) slot: u32,
+    /// Serial mode: the lease owner and its epoch (None in parallel mode).
+    pub(crate) fence: Option<(&'a str, u64)>,
+    /// (delivery id, operation), in order.
+    pub(crate) ops: Vec<(&'a [u8], &'a Op)>,
+}
+
+impl SettleRequest<'_> {
+    pub(crate) fn call(&self) -> (ScriptId, Cmd) {
+        let t = self.topic;
+        let jitter = rand::random::<f64>().to_string();
+        let slot = self.slot.to_string();
+        let (owner, epoch) = match self.fence {
+            Some((owner, epoch)) => (owner, epoch.to_string()),
+            None => ("", String::new()),
+        };
+        let letters: Vec<u8> = self.ops.iter().map(|(_, op)| op.code()).collect();
+        let nums: Vec<String> = self
+            .ops
+            .iter()
+            .map(|(_, op)| match op {
+                Op::Nack { delay_ms, .. } => delay_ms.to_string(),
+                Op::Extend { ms } => ms.to_string(),
+                _ => String::new(),
+            })
+            .collect();
+        // In the order of `ARGV` (the header's; a test holds them together).
+        let fixed: [&[u8]; ARGV.len()] = [
+            t.kind.as_bytes(),
+            t.max_attempts.as_bytes(),
+            t.backoff.as_bytes(),
+            t.backoff_max.as_bytes(),
+            jitter.as_bytes(),
+            self.channel.as_bytes(),
+            slot.as_bytes(),
+            t.dead_max.as_bytes(),
+            owner.as_bytes(),
+            epoch.as_bytes(),
+            &letters,
+        ];
+        let mut args: Vec<&[u8]> = fixed.to_vec();
+        // Each operation's args, as settle.lua reads them.
+        for ((id, op), num) in self.ops.iter().zip(&nums) {
+            args.push(id);
+            match op {
+                Op::Nack { error, .. } => {
+                    args.push(num.as_bytes());
+                    args.push(error.as_bytes());
+                }
+                Op::Dead { error } => args.push(error.as_bytes()),
+                Op::Extend { .. } => args.push(num.as_bytes()),
+                Op::Ack | Op::Release => {}
+            }
+        }
+        (
+            ScriptId::Settle,
+            super::call(ScriptId::Settle, self.keys, &args),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_settle_request_follows_the_lua_header() {
+        assert_eq!(crate::scripts::header_argv(ScriptId::Settle), ARGV);
+        // Then the operations' own arguments.
+        let (_, body) = ScriptId::Settle.source();
+        assert!(body.contains(&format!("ARGV[{}..] args", ARGV.len() + 1)));
+    }
+}
