@@ -199,6 +199,55 @@ async fn watchdog(
     }
 }
 
+/// This round's heartbeat: the live members, or None when it failed or
+/// took longer than `limit` (then this round acquires nothing).
+async fn heartbeat(
+    topic: &Topic,
+    coordinator: &dyn Coordinator,
+    member: &str,
+    leaving: bool,
+    limit: Duration,
+) -> Option<Vec<String>> {
+    match tokio::time::timeout(limit, coordinator.heartbeat(member, leaving)).await {
+        Ok(Ok(m)) => Some(m),
+        Ok(Err(e)) => {
+            tracing::warn!(topic = %topic.name(), "group heartbeat failed: {e}");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(topic = %topic.name(), "group heartbeat timed out");
+            None
+        }
+    }
+}
+
+/// The lease calls of a round's plans, in the same order.
+fn lease_calls(
+    topic: &Topic,
+    plans: &[(u32, Plan)],
+    member: &str,
+    ttl_ms: u64,
+) -> Vec<(crate::scripts::ScriptId, redis::Cmd)> {
+    plans
+        .iter()
+        .map(|&(slot, p)| {
+            let (op, epoch) = match p {
+                Plan::Acquire => (LeaseOp::Acquire, 0),
+                Plan::Renew(e) => (LeaseOp::Renew, e),
+                Plan::Release(e) => (LeaseOp::Release, e),
+            };
+            LeaseRequest {
+                keys: &topic.slot_keys(slot),
+                op,
+                owner: member,
+                epoch,
+                ttl_ms,
+            }
+            .call()
+        })
+        .collect()
+}
+
 /// Runs until `stop` fires, then releases every lease and leaves the group.
 pub(crate) async fn keep_leases(
     topic: Topic,
@@ -226,18 +275,7 @@ pub(crate) async fn keep_leases(
     let member = own.lock().unwrap_or_else(|p| p.into_inner()).member.clone();
     loop {
         let leaving = stop.is_cancelled();
-        let members =
-            match tokio::time::timeout(call_limit, coordinator.heartbeat(&member, leaving)).await {
-                Ok(Ok(m)) => Some(m),
-                Ok(Err(e)) => {
-                    tracing::warn!(topic = %topic.name(), "group heartbeat failed: {e}");
-                    None
-                }
-                Err(_) => {
-                    tracing::warn!(topic = %topic.name(), "group heartbeat timed out");
-                    None
-                }
-            };
+        let members = heartbeat(&topic, &*coordinator, &member, leaving, call_limit).await;
         let plans = {
             let mut o = own.lock().unwrap_or_else(|p| p.into_inner());
             o.expire(topic.name());
@@ -250,29 +288,7 @@ pub(crate) async fn keep_leases(
             };
             plan(&mut o, desired.as_ref(), leaving)
         };
-        let keys: Vec<[String; 10]> = plans
-            .iter()
-            .map(|(slot, _)| topic.slot_keys(*slot))
-            .collect();
-        let calls = plans
-            .iter()
-            .zip(&keys)
-            .map(|((_, p), keys)| {
-                let (op, epoch) = match *p {
-                    Plan::Acquire => (LeaseOp::Acquire, 0),
-                    Plan::Renew(e) => (LeaseOp::Renew, e),
-                    Plan::Release(e) => (LeaseOp::Release, e),
-                };
-                LeaseRequest {
-                    keys,
-                    op,
-                    owner: &member,
-                    epoch,
-                    ttl_ms,
-                }
-                .call()
-            })
-            .collect();
+        let calls = lease_calls(&topic, &plans, &member, ttl_ms);
         let sent_at = Instant::now();
         let result = match tokio::time::timeout(call_limit, topic.redis().run(calls)).await {
             Ok(r) => r,
