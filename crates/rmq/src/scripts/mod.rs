@@ -40,6 +40,20 @@ pub(crate) struct TopicArgs {
     pub(crate) dead_max: String,
 }
 
+/// A fresh jitter in [0, 1) for a script's retry backoff, as an argument.
+pub(crate) fn jitter() -> String {
+    rand::random::<f64>().to_string()
+}
+
+/// Serial mode's owner and epoch as script arguments ('' and '' in
+/// parallel mode).
+pub(crate) fn fence_args(fence: Option<(&str, u64)>) -> (&str, String) {
+    match fence {
+        Some((owner, epoch)) => (owner, epoch.to_string()),
+        None => ("", String::new()),
+    }
+}
+
 /// Identifies one script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ScriptId {

@@ -40,12 +40,8 @@ impl PopRequest<'_> {
     pub(crate) fn call(&self) -> (ScriptId, Cmd) {
         let t = self.topic;
         let count = self.count.to_string();
-        let jitter = rand::random::<f64>().to_string();
-        let slot = self.slot.to_string();
-        let (owner, epoch) = match self.fence {
-            Some((owner, epoch)) => (owner, epoch.to_string()),
-            None => ("", String::new()),
-        };
+        let (jitter, slot) = (super::jitter(), self.slot.to_string());
+        let (owner, epoch) = super::fence_args(self.fence);
         // In the order of `ARGV` (the header's; a test holds them together).
         let args: [&[u8]; ARGV.len()] = [
             t.kind.as_bytes(),

@@ -63,12 +63,8 @@ pub(crate) struct SettleRequest<'a> {
 impl SettleRequest<'_> {
     pub(crate) fn call(&self) -> (ScriptId, Cmd) {
         let t = self.topic;
-        let jitter = rand::random::<f64>().to_string();
-        let slot = self.slot.to_string();
-        let (owner, epoch) = match self.fence {
-            Some((owner, epoch)) => (owner, epoch.to_string()),
-            None => ("", String::new()),
-        };
+        let (jitter, slot) = (super::jitter(), self.slot.to_string());
+        let (owner, epoch) = super::fence_args(self.fence);
         let letters: Vec<u8> = self.ops.iter().map(|(_, op)| op.code()).collect();
         let nums: Vec<String> = self
             .ops
