@@ -151,3 +151,33 @@ async fn a_batch_sent_in_several_calls_keeps_its_order_when_an_early_call_misses
         "an earlier call of the batch ran after a later one"
     );
 }
+
+#[tokio::test]
+async fn a_prefix_that_looks_like_a_request_key_does_not_break_it() {
+    // Prefixes may hold ':' and '.': the request key's time to live is read
+    // from its end, not from the first ":req:<n>." in it (here that would
+    // be 0 ms, and every call that writes would fail).
+    let c = ProxiedCluster::start().await;
+    let client = Client::connect_cluster(
+        &[c.proxy.url().as_str()],
+        rmq::ClientOptions::default().prefix("a:req:0.b"),
+    )
+    .await
+    .unwrap();
+    let topic = client
+        .define_topic(TopicSpec::new("t", TopicKind::Priority).slots(1))
+        .await
+        .unwrap();
+    topic.send(Message::new("m")).await.unwrap();
+    c.proxy.cut_after_request(b"EVALSHA");
+    let taken = topic.take(10).await.unwrap();
+    assert_eq!(c.proxy.cuts(), 1);
+    assert_eq!(
+        taken.len(),
+        1,
+        "the first run's answer outlived the re-send"
+    );
+    for d in taken {
+        d.ack().await.unwrap();
+    }
+}

@@ -30,7 +30,7 @@ if MEMO then
 end
 local answer = rmq_main()
 if MEMO and type(answer) == 'table' and answer.err == nil then
-  local ttl = tonumber(string.match(MEMO, ':req:(%d+)%.')) or 60000
+  local ttl = tonumber(string.match(MEMO, ':req:(%d+)%.%x+$')) or 60000
   local kept = answer
   if memo_pack then
     kept = memo_pack(answer)
