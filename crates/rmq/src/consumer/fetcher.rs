@@ -56,28 +56,8 @@ pub(crate) fn pop_call(
     .call()
 }
 
-pub(crate) async fn fetch_loop(
-    topic: Topic,
-    shared: Arc<Shared>,
-    settler: Settler,
-    permits: Arc<Semaphore>,
-    tx: mpsc::Sender<Delivery>,
-    cfg: FetchConfig,
-    cancel: CancellationToken,
-) {
-    let serial = shared.ownership.is_some();
-    let mut f = Fetcher {
-        topic,
-        shared,
-        settler,
-        permits,
-        tx,
-        cfg,
-        cancel,
-        serial,
-        last_rescan: Instant::now(),
-        error_backoff: Duration::from_millis(50),
-    };
+/// Runs the fetch loop until `fetcher.cancel` fires.
+pub(crate) async fn fetch_loop(mut f: Fetcher) {
     // Each round: room for deliveries, then slots with work, then one pop
     // per slot in one round trip, then hand the messages out.
     loop {
@@ -99,21 +79,44 @@ pub(crate) async fn fetch_loop(
     }
 }
 
-/// The fetch loop's state.
-struct Fetcher {
-    topic: Topic,
-    shared: Arc<Shared>,
-    settler: Settler,
-    permits: Arc<Semaphore>,
-    tx: mpsc::Sender<Delivery>,
-    cfg: FetchConfig,
-    cancel: CancellationToken,
+/// The fetch loop's state: what it was started with, then its own.
+pub(crate) struct Fetcher {
+    pub(crate) topic: Topic,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) settler: Settler,
+    pub(crate) permits: Arc<Semaphore>,
+    pub(crate) tx: mpsc::Sender<Delivery>,
+    pub(crate) cfg: FetchConfig,
+    pub(crate) cancel: CancellationToken,
     serial: bool,
     last_rescan: Instant,
     error_backoff: Duration,
 }
 
 impl Fetcher {
+    pub(crate) fn new(
+        topic: Topic,
+        shared: Arc<Shared>,
+        settler: Settler,
+        permits: Arc<Semaphore>,
+        tx: mpsc::Sender<Delivery>,
+        cfg: FetchConfig,
+        cancel: CancellationToken,
+    ) -> Fetcher {
+        Fetcher {
+            serial: shared.ownership.is_some(),
+            topic,
+            shared,
+            settler,
+            permits,
+            tx,
+            cfg,
+            cancel,
+            last_rescan: Instant::now(),
+            error_backoff: Duration::from_millis(50),
+        }
+    }
+
     /// Room for deliveries: one permit per delivery to hand out, at least
     /// one, at most a batch. None once cancelled.
     async fn gather(&self) -> Option<Vec<OwnedSemaphorePermit>> {

@@ -167,7 +167,7 @@ impl ConsumerBuilder {
             shared.clone(),
             stop.clone(),
         ));
-        tokio::spawn(fetcher::fetch_loop(
+        tokio::spawn(fetcher::fetch_loop(fetcher::Fetcher::new(
             self.topic.clone(),
             shared.clone(),
             settler,
@@ -179,7 +179,7 @@ impl ConsumerBuilder {
                 rescan: self.rescan,
             },
             stop.clone(),
-        ));
+        )));
         let invalid = self
             .serial
             .as_ref()
