@@ -26,8 +26,10 @@ pub const SCRIPT_COMMANDS: &[&str] = &[
     "hlen",
     "hmget",
     "hset",
+    "hvals",
     "time",
     "type",
+    "unlink",
     "zadd",
     "zcard",
     "zcount",
@@ -50,6 +52,9 @@ pub const CLIENT_COMMANDS: &[&str] = &[
     // The topic index (read outside scripts).
     "hget",
     "hgetall",
+    // Topic delete: live consumers are the subscribers of its channels.
+    "pubsub|numsub",
+    "pubsub|shardnumsub",
     // Wake-up notices: single node and cluster (sharded).
     "subscribe",
     "unsubscribe",

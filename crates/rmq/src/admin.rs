@@ -5,16 +5,19 @@
 use serde::Serialize;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::scripts::{self, ScriptId};
+use crate::scripts::admin::{self, Dead, Peeked, RequeueRequest, Requeued, SlotStats, Which};
+use crate::scripts::ScriptId;
 use crate::topic::{Topic, TopicKind};
-use crate::value::{as_int, bytes_at, int_at, items};
 
 /// Slots per pipeline in admin calls.
 const SLOTS_PER_ROUND: usize = 256;
 
 /// Dead letters one requeue call takes at most (the default dead-letter
 /// cap of a slot): tens of milliseconds of Redis time.
-const REQUEUE_PER_CALL: i64 = 10_000;
+const REQUEUE_PER_CALL: u64 = 10_000;
+
+/// Dead letters one purge call deletes at most.
+const PURGE_PER_CALL: u64 = 1_000;
 
 /// Depth and counters of one slot, or of a whole topic.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -47,6 +50,11 @@ pub struct Stats {
     pub dead_lettered: u64,
     /// Dead letters dropped by the per-slot limit.
     pub dead_dropped: u64,
+    /// Messages cancelled ([`Topic::cancel`]), waiting or in flight.
+    pub cancelled: u64,
+    /// Paused slots (1 or 0 for a slot; a topic's total says how many of
+    /// its slots are paused: all of them after [`Topic::pause`]).
+    pub paused_slots: u64,
 }
 
 impl Stats {
@@ -65,6 +73,8 @@ impl Stats {
         self.retried += o.retried;
         self.dead_lettered += o.dead_lettered;
         self.dead_dropped += o.dead_dropped;
+        self.cancelled += o.cancelled;
+        self.paused_slots += o.paused_slots;
     }
 }
 
@@ -123,17 +133,22 @@ pub enum DeadSelection {
     Key(Vec<u8>),
     /// All of them.
     All,
+    /// Those that died more than this long ago (server clock); purge only
+    /// (a requeue of them is refused).
+    OlderThan(std::time::Duration),
 }
 
 impl Topic {
-    async fn per_slot(&self, id: ScriptId, args: &[&[u8]]) -> Result<Vec<redis::Value>> {
+    /// One call per slot, `call(keys of the slot, slot)` making it; the
+    /// replies in slot order.
+    async fn per_slot(
+        &self,
+        call: impl Fn(&[String], u32) -> (ScriptId, redis::Cmd),
+    ) -> Result<Vec<redis::Value>> {
         let mut out = Vec::with_capacity(self.spec.slots as usize);
         let all: Vec<u32> = (0..self.spec.slots).collect();
         for chunk in all.chunks(SLOTS_PER_ROUND) {
-            let calls = chunk
-                .iter()
-                .map(|&s| (id, scripts::call(id, &self.slot_keys(s), args)))
-                .collect();
+            let calls = chunk.iter().map(|&s| call(&self.slot_keys(s), s)).collect();
             for r in self.redis().run(calls).await? {
                 out.push(r?);
             }
@@ -143,34 +158,26 @@ impl Topic {
 
     /// Depth per state and counters, per slot and in total.
     pub async fn stats(&self) -> Result<TopicStats> {
-        let replies = self
-            .per_slot(ScriptId::Stats, &[self.spec.kind.code().as_bytes()])
-            .await?;
+        let kind = self.spec.kind.code();
+        let replies = self.per_slot(|keys, _| admin::stats(keys, kind)).await?;
         let mut total = Stats::default();
         let mut slots = Vec::with_capacity(replies.len());
         let mut server_ms = 0;
         for v in replies {
-            let a = items(v);
-            server_ms = int_at(&a, 0).unwrap_or(0);
-            let n = |i| u64::try_from(int_at(&a, i).unwrap_or(0)).unwrap_or(0);
+            let r = SlotStats::parse(v);
+            server_ms = r.now;
             let mut s = Stats {
-                pending: n(1),
-                due_now: n(2),
-                scheduled: n(1).saturating_sub(n(2)),
-                retry_waiting: n(3),
-                in_flight: n(4),
-                behind_in_flight: n(5),
-                dead: n(6),
+                pending: r.pending,
+                due_now: r.due_now,
+                scheduled: r.pending.saturating_sub(r.due_now),
+                retry_waiting: r.retry_waiting,
+                in_flight: r.in_flight,
+                behind_in_flight: r.behind_in_flight,
+                dead: r.dead,
+                paused_slots: u64::from(r.paused),
                 ..Stats::default()
             };
-            let mut i = 7;
-            while i + 1 < a.len() {
-                let name = bytes_at(&a, i).unwrap_or_default();
-                let v = a
-                    .get(i + 1)
-                    .and_then(as_int)
-                    .and_then(|v| u64::try_from(v).ok())
-                    .unwrap_or(0);
+            for (name, v) in r.counters {
                 match name.as_slice() {
                     b"sent" => s.sent = v,
                     b"merged" => s.merged = v,
@@ -179,9 +186,9 @@ impl Topic {
                     b"retried" => s.retried = v,
                     b"dead" => s.dead_lettered = v,
                     b"dropped" => s.dead_dropped = v,
+                    b"cancelled" => s.cancelled = v,
                     _ => {}
                 }
-                i += 2;
             }
             total.add(&s);
             slots.push(s);
@@ -197,31 +204,24 @@ impl Topic {
     /// highest first, FIFO among equals; time-based: earliest due first),
     /// merged across slots. Takes nothing.
     pub async fn peek(&self, limit: usize) -> Result<Vec<Pending>> {
-        let lim = limit.min(10_000).to_string();
+        let (kind, lim) = (self.spec.kind.code(), limit.min(10_000).to_string());
         let replies = self
-            .per_slot(
-                ScriptId::Peek,
-                &[self.spec.kind.code().as_bytes(), lim.as_bytes()],
-            )
+            .per_slot(|keys, _| admin::peek(keys, kind, &lim))
             .await?;
         let mut all = Vec::new();
-        for (slot, v) in replies.into_iter().enumerate() {
-            let a = items(v);
-            let mut i = 1;
-            while i + 3 < a.len() {
-                let score = int_at(&a, i + 3).unwrap_or(0);
+        for (slot, v) in (0u32..).zip(replies) {
+            for p in Peeked::parse(v) {
                 let (priority, due_ms) =
-                    crate::message::Received::score_fields(self.spec.kind, score);
+                    crate::message::Received::score_fields(self.spec.kind, p.score);
                 all.push(Pending {
-                    key: bytes_at(&a, i).unwrap_or_default(),
-                    payload: bytes_at(&a, i + 1).unwrap_or_default(),
-                    slot: slot as u32,
-                    attempts: u32::try_from(int_at(&a, i + 2).unwrap_or(0)).unwrap_or(0),
+                    key: p.key,
+                    payload: p.payload,
+                    slot,
+                    attempts: p.attempts,
                     priority,
                     due_ms,
-                    score,
+                    score: p.score,
                 });
-                i += 4;
             }
         }
         match self.spec.kind {
@@ -237,24 +237,20 @@ impl Topic {
     /// Up to `limit` dead letters, oldest death first within each slot.
     pub async fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>> {
         let lim = limit.min(100_000).to_string();
-        let replies = self.per_slot(ScriptId::DeadList, &[lim.as_bytes()]).await?;
+        let replies = self
+            .per_slot(|keys, _| admin::dead_list(keys, &lim))
+            .await?;
         let mut all = Vec::new();
-        for (slot, v) in replies.into_iter().enumerate() {
-            let a = items(v);
-            let mut i = 0;
-            while i + 6 < a.len() {
-                all.push(DeadLetter {
-                    key: bytes_at(&a, i).unwrap_or_default(),
-                    payload: bytes_at(&a, i + 1).unwrap_or_default(),
-                    slot: slot as u32,
-                    attempts: u32::try_from(int_at(&a, i + 2).unwrap_or(0)).unwrap_or(0),
-                    dead_at_ms: int_at(&a, i + 4).unwrap_or(0),
-                    deaths: u32::try_from(int_at(&a, i + 5).unwrap_or(1)).unwrap_or(1),
-                    error: String::from_utf8_lossy(&bytes_at(&a, i + 6).unwrap_or_default())
-                        .into_owned(),
-                });
-                i += 7;
-            }
+        for (slot, v) in (0u32..).zip(replies) {
+            all.extend(Dead::parse(v).into_iter().map(|d| DeadLetter {
+                key: d.key,
+                payload: d.payload,
+                slot,
+                attempts: d.attempts,
+                dead_at_ms: d.dead_at_ms,
+                deaths: d.deaths,
+                error: d.error,
+            }));
         }
         all.sort_by(|a, b| a.dead_at_ms.cmp(&b.dead_at_ms).then(a.slot.cmp(&b.slot)));
         all.truncate(limit);
@@ -268,78 +264,79 @@ impl Topic {
     /// clock, per slot), each at most once: a message requeued and dead
     /// again while the call runs stays dead, so the call always ends.
     pub async fn requeue_dead(&self, which: DeadSelection) -> Result<(u64, u64)> {
-        let kind = self.spec.kind.code().as_bytes();
-        let mut requeued = 0;
-        let mut merged = 0;
-        let mut run = |v: redis::Value| {
-            let a = items(v);
-            requeued += u64::try_from(int_at(&a, 0).unwrap_or(0)).unwrap_or(0);
-            merged += u64::try_from(int_at(&a, 1).unwrap_or(0)).unwrap_or(0);
-            int_at(&a, 0).unwrap_or(0) + int_at(&a, 1).unwrap_or(0)
-        };
+        let mut total = (0, 0);
         match which {
             DeadSelection::Key(key) => {
                 // Every slot: a message sent with a slot basis lives apart from its key's hash.
                 self.check_key(&key)?;
-                for chunk in (0..self.spec.slots)
-                    .collect::<Vec<_>>()
-                    .chunks(SLOTS_PER_ROUND)
-                {
-                    let slot_names: Vec<String> = chunk.iter().map(|s| s.to_string()).collect();
-                    let channels: Vec<_> = chunk.iter().map(|&s| self.channel_for(s)).collect();
-                    let calls = chunk
-                        .iter()
-                        .zip(&slot_names)
-                        .zip(&channels)
-                        .map(|((&slot, s), channel)| {
-                            let args: [&[u8]; 6] =
-                                [kind, channel.as_bytes(), s.as_bytes(), b"0", b"1", &key];
-                            (
-                                ScriptId::DeadRequeue,
-                                scripts::call(ScriptId::DeadRequeue, &self.slot_keys(slot), &args),
-                            )
-                        })
-                        .collect();
-                    for r in self.redis().run(calls).await? {
-                        run(r?);
-                    }
+                let replies = self
+                    .per_slot(|keys, slot| {
+                        let (slot, channel) = (slot.to_string(), self.channel_for(slot));
+                        self.requeue_request(keys, &channel, &slot, Which::Key(&key), "")
+                            .call()
+                    })
+                    .await?;
+                for r in replies.into_iter().map(Requeued::parse) {
+                    total = (total.0 + r.requeued, total.1 + r.merged);
                 }
             }
+            DeadSelection::OlderThan(_) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    "requeue takes one key or all dead letters, not an age; nothing was requeued",
+                ))
+            }
             DeadSelection::All => {
-                // What was dead when the slot's first call ran, each at most
-                // once: a message that dies again meanwhile stays dead. A
-                // call takes up to 10,000 letters (the default cap per slot)
-                // at once, so a slot is usually done in one atomic call.
                 for slot in 0..self.spec.slots {
-                    let s = slot.to_string();
-                    let channel = self.channel_for(slot);
-                    let mut before = String::new();
-                    let per_call = REQUEUE_PER_CALL.to_string();
-                    loop {
-                        let args: [&[u8]; 7] = [
-                            kind,
-                            channel.as_bytes(),
-                            s.as_bytes(),
-                            b"1",
-                            per_call.as_bytes(),
-                            b"",
-                            before.as_bytes(),
-                        ];
-                        let cmd =
-                            scripts::call(ScriptId::DeadRequeue, &self.slot_keys(slot), &args);
-                        let reply = self.redis().run_one(ScriptId::DeadRequeue, cmd).await?;
-                        if before.is_empty() {
-                            let bound = int_at(&items(reply.clone()), 2).unwrap_or(0);
-                            before = bound.to_string();
-                        }
-                        if run(reply) < REQUEUE_PER_CALL {
-                            break;
-                        }
-                    }
+                    let (requeued, merged) = self.requeue_all_of(slot).await?;
+                    total = (total.0 + requeued, total.1 + merged);
                 }
             }
         }
-        Ok((requeued, merged))
+        Ok(total)
+    }
+
+    fn requeue_request<'a>(
+        &'a self,
+        keys: &'a [String],
+        channel: &'a str,
+        slot: &'a str,
+        which: Which<'a>,
+        before_ms: &'a str,
+    ) -> RequeueRequest<'a> {
+        RequeueRequest {
+            keys,
+            kind: self.spec.kind.code(),
+            channel,
+            slot,
+            which,
+            before_ms,
+        }
+    }
+
+    /// Requeues what was dead in `slot` when its first call ran, each
+    /// letter at most once: a message that dies again meanwhile stays dead.
+    /// A call takes up to 10,000 letters (the default cap per slot), so a
+    /// slot is usually done in one atomic call.
+    async fn requeue_all_of(&self, slot: u32) -> Result<(u64, u64)> {
+        let (keys, channel) = (self.slot_keys(slot), self.channel_for(slot));
+        let (slot, limit) = (slot.to_string(), REQUEUE_PER_CALL.to_string());
+        let mut before = String::new();
+        let mut total = (0, 0);
+        loop {
+            let which = Which::All { limit: &limit };
+            let (id, cmd) = self
+                .requeue_request(&keys, &channel, &slot, which, &before)
+                .call();
+            let r = Requeued::parse(self.redis().run_one(id, cmd).await?);
+            if before.is_empty() {
+                before = r.before_ms.to_string();
+            }
+            total = (total.0 + r.requeued, total.1 + r.merged);
+            if r.requeued + r.merged < REQUEUE_PER_CALL {
+                return Ok(total);
+            }
+        }
     }
 
     /// Deletes dead letters for good; returns how many.
@@ -348,20 +345,31 @@ impl Topic {
         match which {
             DeadSelection::Key(key) => {
                 self.check_key(&key)?;
-                let args: [&[u8]; 3] = [b"0", b"1", &key];
-                for r in self.per_slot(ScriptId::DeadPurge, &args).await? {
-                    purged += u64::try_from(as_int(&r).unwrap_or(0)).unwrap_or(0);
-                }
+                let replies = self
+                    .per_slot(|keys, _| admin::dead_purge(keys, &Which::Key(&key)))
+                    .await?;
+                purged = replies.iter().map(admin::purged).sum();
             }
-            DeadSelection::All => {
+            DeadSelection::All | DeadSelection::OlderThan(_) => {
+                let limit = PURGE_PER_CALL.to_string();
+                let age = match &which {
+                    DeadSelection::OlderThan(d) => d.as_millis().to_string(),
+                    _ => String::new(),
+                };
+                let which = match age.is_empty() {
+                    true => Which::All { limit: &limit },
+                    false => Which::OlderThan {
+                        limit: &limit,
+                        ms: &age,
+                    },
+                };
                 for slot in 0..self.spec.slots {
+                    let keys = self.slot_keys(slot);
                     loop {
-                        let args: [&[u8]; 3] = [b"1", b"1000", b""];
-                        let cmd = scripts::call(ScriptId::DeadPurge, &self.slot_keys(slot), &args);
-                        let v = self.redis().run_one(ScriptId::DeadPurge, cmd).await?;
-                        let n = u64::try_from(as_int(&v).unwrap_or(0)).unwrap_or(0);
+                        let (id, cmd) = admin::dead_purge(&keys, &which);
+                        let n = admin::purged(&self.redis().run_one(id, cmd).await?);
                         purged += n;
-                        if n < 1000 {
+                        if n < PURGE_PER_CALL {
                             break;
                         }
                     }

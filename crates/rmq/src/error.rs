@@ -52,6 +52,12 @@ pub enum ErrorKind {
     /// asked acknowledged it in time: a failover now may lose it. Sending
     /// it again is safe (it merges); it is retryable.
     NotReplicated,
+    /// No message of the key is waiting (it is absent, dead, or in flight
+    /// with nothing parked behind it): nothing was changed.
+    NotWaiting,
+    /// A topic to delete still holds messages or has live consumers (and
+    /// the delete was not forced): nothing was changed.
+    TopicInUse,
 }
 
 /// The error type of every fallible rmq call.

@@ -28,23 +28,27 @@ pub(crate) fn slot_tag(topic: &str, slot: u32, slots: u32) -> &'static str {
     tag_table()[hash_slot as usize].as_str()
 }
 
-/// The ten keys of one slot, in the order every slot script expects them
-/// (see `scripts/lua/common.lua`).
+/// The names of a slot's ten keys (each key ends in `:<name>`), in the
+/// order every slot script takes them as KEYS (`scripts/lua/layout.lua`
+/// describes each; a test holds the two lists together).
+pub(crate) const SLOT_KEY_NAMES: [&str; 10] = [
+    "q", // ZSET pending
+    "d", // HASH payloads
+    "f", // ZSET in flight (lease deadlines)
+    "n", // HASH duplicates waiting behind in-flight deliveries
+    "m", // HASH counters
+    "r", // ZSET priority retries waiting out their backoff
+    "x", // ZSET dead letters by time of death
+    "X", // HASH dead-letter records
+    "a", // HASH attempts and score of redelivered messages waiting again
+    "l", // HASH serial mode: the slot's lease (owner, epoch, until)
+];
+
+/// The ten keys of one slot, in the order every slot script expects them.
 pub(crate) fn slot_keys(prefix: &str, topic: &str, slot: u32, slots: u32) -> [String; 10] {
     let tag = slot_tag(topic, slot, slots);
     let base = format!("{prefix}:{{{tag}}}:{topic}:{slot}");
-    [
-        format!("{base}:q"), // ZSET pending
-        format!("{base}:d"), // HASH payloads
-        format!("{base}:f"), // ZSET in flight (lease deadlines)
-        format!("{base}:n"), // HASH duplicates waiting behind in-flight deliveries
-        format!("{base}:m"), // HASH counters
-        format!("{base}:r"), // ZSET priority retries waiting out their backoff
-        format!("{base}:x"), // ZSET dead letters by time of death
-        format!("{base}:X"), // HASH dead-letter records
-        format!("{base}:a"), // HASH attempts and score of redelivered messages waiting again
-        format!("{base}:l"), // HASH serial mode: the slot's lease (owner, epoch, until)
-    ]
+    SLOT_KEY_NAMES.map(|name| format!("{base}:{name}"))
 }
 
 /// HASH: topic name -> definition (JSON).
@@ -57,6 +61,12 @@ pub(crate) fn group_key(prefix: &str, topic: &str, group: &str) -> String {
     format!("{prefix}:group:{topic}:{group}")
 }
 
+/// The field of the topic index that notes a serial group of a topic
+/// (topic names hold no ':', so it can never be a topic's field).
+pub(crate) fn group_field(topic: &str, group: &str) -> String {
+    format!("{topic}:group:{group}")
+}
+
 /// Single node: the one pub/sub channel (PUBLISH) on which send and settle
 /// announce a new head of any slot of the topic.
 pub(crate) fn wake_channel(prefix: &str, topic: &str) -> String {
@@ -66,7 +76,7 @@ pub(crate) fn wake_channel(prefix: &str, topic: &str) -> String {
 /// Cluster: the sharded channel (SPUBLISH) of the slots of a topic whose
 /// tag is `tag`. A script may only publish to a sharded channel of its own
 /// hash slot, so the channel carries the tag; slots sharing a tag share it.
-/// Scripts tell the two kinds apart by the brace (see `common.lua`).
+/// Scripts tell the two kinds apart by the brace (see `notify.lua`).
 pub(crate) fn sharded_wake_channel(prefix: &str, topic: &str, tag: &str) -> String {
     format!("{prefix}:{{{tag}}}:{topic}:wake")
 }

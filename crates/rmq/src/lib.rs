@@ -86,10 +86,13 @@ mod client;
 mod conn;
 mod consumer;
 mod context;
+mod control;
 mod error;
 mod group;
 mod keys;
 mod message;
+pub mod observe;
+mod outcome;
 mod producer;
 mod scripts;
 mod slot;
@@ -97,11 +100,15 @@ mod topic;
 mod value;
 
 pub use admin::{DeadLetter, DeadSelection, Pending, Stats, TopicStats};
-pub use client::{redact, Client, ClientOptions, Password, ServerWarning, TlsOptions};
+pub use client::{redact, Client, ClientOptions, Deleted, Password, ServerWarning, TlsOptions};
 pub use consumer::{ConsumerBuilder, Deliveries, Delivery, LeaseLost, Outcome, RunReport};
+pub use control::{
+    CancelOutcome, DeadInfo, Lookup, Parked, PauseReport, Reschedule, Rescheduled, State,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use group::{Coordinator, LeaseReply};
-pub use message::{Message, Received, Sent, Settled, MAX_KEY_BYTES, MAX_TIME_MS};
+pub use message::{Message, Received, MAX_KEY_BYTES, MAX_TIME_MS};
+pub use outcome::{Moved, Sent, Settled};
 pub use producer::{BatchReport, MAX_BATCH};
 pub use slot::slot_of;
 pub use tokio_util::sync::CancellationToken;

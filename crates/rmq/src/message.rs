@@ -113,12 +113,17 @@ impl Message {
     /// Checks the message against the topic and returns the script's spec
     /// argument (priority, due time, `+delay` or range).
     pub(crate) fn spec_for(&self, topic: &TopicSpec) -> Result<String> {
-        let bad = |m: String| Err(Error::new(ErrorKind::InvalidArgument, m));
+        self.check_sizes(topic)?;
+        self.timing_arg(topic)
+    }
+
+    /// The merge key is there and, like the payload, within the limits.
+    fn check_sizes(&self, topic: &TopicSpec) -> Result<()> {
         if self.merge_key().is_empty() {
-            return bad(
-                "a message needs a non-empty merge key (or, without one, a non-empty payload)"
-                    .into(),
-            );
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "a message needs a non-empty merge key (or, without one, a non-empty payload)",
+            ));
         }
         if self.payload.len() as u64 > topic.max_payload_bytes {
             return Err(Error::new(
@@ -154,8 +159,13 @@ impl Message {
                 ),
             ));
         }
-        let kind = topic.kind;
-        match (kind, self.timing) {
+        Ok(())
+    }
+
+    /// The timing as send.lua's spec argument, if it fits the topic's kind.
+    fn timing_arg(&self, topic: &TopicSpec) -> Result<String> {
+        let bad = |m: String| Err(Error::new(ErrorKind::InvalidArgument, m));
+        match (topic.kind, self.timing) {
             (TopicKind::Priority, Timing::None) => Ok("0".into()),
             (TopicKind::Priority, Timing::Priority(p)) if p <= MAX_PRIORITY => Ok(p.to_string()),
             (TopicKind::Priority, Timing::Priority(p)) => bad(format!(
@@ -207,22 +217,6 @@ fn timing_name(t: Timing) -> &'static str {
     }
 }
 
-/// What a send did with one message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sent {
-    /// The slot it went to.
-    pub slot: u32,
-    /// True when it merged into a message with the same key that was
-    /// already waiting (pending, or waiting behind an in-flight delivery).
-    pub merged: bool,
-    /// True when the same key was in flight: this message waits and is
-    /// delivered after that delivery ends, however it ends.
-    pub behind_in_flight: bool,
-    /// Durable sends ([`Topic::durable`](crate::Topic::durable)): how many
-    /// replicas had the write when the send returned. `None` otherwise.
-    pub replicas: Option<u32>,
-}
-
 /// A message as a consumer receives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Received {
@@ -262,16 +256,4 @@ impl Received {
             _ => (None, Some(score)),
         }
     }
-}
-
-/// How a delivery ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settled {
-    /// Acked, extended or released as asked; for a nack, scheduled for a retry.
-    Done,
-    /// Moved to the dead letters.
-    Dead,
-    /// A duplicate that arrived while it was in flight took its place
-    /// (the newer payload wins) and is pending now.
-    Superseded,
 }

@@ -4,15 +4,19 @@
 use std::collections::BTreeMap;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::message::{Message, Sent};
-use crate::scripts::{self, ScriptId};
-use crate::topic::Topic;
-use crate::value::{int_at, items};
+use crate::message::Message;
+use crate::outcome::Sent;
+use crate::scripts::send::{self, Item, SendRequest};
+use crate::scripts::{codes, ScriptId};
+use crate::topic::{Topic, TopicSpec};
 
 /// Messages per script call: bounds the time one call holds Redis.
 const PER_CALL: usize = 1_000;
 /// Messages per `send_batch`: bounds one call's memory on both sides.
 pub const MAX_BATCH: usize = 100_000;
+
+/// A send call and the indices of the messages it carries.
+type SendCall = ((ScriptId, redis::Cmd), Vec<usize>);
 
 /// The result of [`Topic::send_batch`]: one result per message, in order.
 /// A message the server refused (a due time in the past by its clock)
@@ -60,15 +64,16 @@ impl Topic {
     /// first: if any is invalid, the call is refused and nothing is written.
     /// Messages with the same key in one batch merge in order.
     pub async fn send_batch(&self, messages: &[Message]) -> Result<BatchReport> {
-        let specs = self.check_batch(messages)?;
+        let settings = self.settings().await?;
+        let spec = &settings.spec;
+        let specs = self.check_batch(spec, messages)?;
         let slots: Vec<u32> = messages.iter().map(|m| self.slot_of(m.basis())).collect();
-        let per_slot = self.send_calls(messages, &specs, &slots);
+        let per_slot = self.send_calls(spec, messages, &specs, &slots);
         let mut results: Vec<Option<Result<Sent>>> = (0..messages.len()).map(|_| None).collect();
         for (n, round) in in_order_rounds(per_slot).into_iter().enumerate() {
             let (calls, members): (Vec<_>, Vec<_>) = round
                 .into_iter()
                 .filter(|(_, m)| m.iter().all(|&i| results[i].is_none()))
-                .map(|(cmd, m)| ((ScriptId::Send, cmd), m))
                 .unzip();
             if calls.is_empty() {
                 continue;
@@ -86,7 +91,7 @@ impl Topic {
                 }
             };
             for ((reply, acked), members) in replies.into_iter().zip(members) {
-                self.record(reply, acked, &members, &slots, &mut results);
+                self.record(spec, reply, acked, &members, &slots, &mut results);
             }
         }
         Ok(BatchReport {
@@ -103,7 +108,7 @@ impl Topic {
 
     /// Checks every message before anything is sent; returns each one's
     /// spec argument (priority, due time or range, as the script takes it).
-    fn check_batch(&self, messages: &[Message]) -> Result<Vec<String>> {
+    fn check_batch(&self, spec: &TopicSpec, messages: &[Message]) -> Result<Vec<String>> {
         if messages.len() > MAX_BATCH {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -117,7 +122,7 @@ impl Topic {
             .iter()
             .enumerate()
             .map(|(i, m)| {
-                m.spec_for(&self.spec).map_err(|e| {
+                m.spec_for(spec).map_err(|e| {
                     if messages.len() == 1 {
                         e
                     } else {
@@ -132,17 +137,18 @@ impl Topic {
     /// than `PER_CALL` messages gets several), each with its messages.
     fn send_calls(
         &self,
+        spec: &TopicSpec,
         messages: &[Message],
         specs: &[String],
         slots: &[u32],
-    ) -> Vec<Vec<(redis::Cmd, Vec<usize>)>> {
+    ) -> Vec<Vec<SendCall>> {
         let mut by_slot: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         for (i, &slot) in slots.iter().enumerate() {
             by_slot.entry(slot).or_default().push(i);
         }
         let kind = self.spec.kind.code();
-        let max_payload = self.spec.max_payload_bytes.to_string();
-        let tolerance = self.spec.past_tolerance_ms.to_string();
+        let max_payload = spec.max_payload_bytes.to_string();
+        let tolerance = spec.past_tolerance_ms.to_string();
         let mut per_slot = Vec::with_capacity(by_slot.len());
         for (slot, idxs) in &by_slot {
             let keys = self.slot_keys(*slot);
@@ -150,19 +156,23 @@ impl Topic {
             let channel = self.channel_for(*slot);
             let mut chunks = Vec::new();
             for chunk in idxs.chunks(PER_CALL) {
-                let mut args: Vec<&[u8]> = vec![
-                    kind.as_bytes(),
-                    max_payload.as_bytes(),
-                    tolerance.as_bytes(),
-                    channel.as_bytes(),
-                    slot_s.as_bytes(),
-                ];
-                for &i in chunk {
-                    args.push(messages[i].merge_key());
-                    args.push(specs[i].as_bytes());
-                    args.push(messages[i].payload());
-                }
-                chunks.push((scripts::call(ScriptId::Send, &keys, &args), chunk.to_vec()));
+                let request = SendRequest {
+                    keys: &keys,
+                    kind,
+                    max_payload: &max_payload,
+                    tolerance_ms: &tolerance,
+                    channel: &channel,
+                    slot: &slot_s,
+                    items: chunk
+                        .iter()
+                        .map(|&i| Item {
+                            merge_key: messages[i].merge_key(),
+                            spec: specs[i].as_bytes(),
+                            payload: messages[i].payload(),
+                        })
+                        .collect(),
+                };
+                chunks.push((request.call(), chunk.to_vec()));
             }
             per_slot.push(chunks);
         }
@@ -174,6 +184,7 @@ impl Topic {
     /// after all.
     fn record(
         &self,
+        spec: &TopicSpec,
         reply: Result<redis::Value>,
         acked: Option<u32>,
         members: &[usize],
@@ -182,14 +193,13 @@ impl Topic {
     ) {
         match reply {
             Ok(v) => {
-                let codes = items(v);
-                for (j, &i) in members.iter().enumerate() {
-                    let code = int_at(&codes, j + 1).unwrap_or(-3);
-                    let sent = crate::scripts::codes::sent(
+                let codes = send::reply_codes(v, members.len());
+                for (&i, code) in members.iter().zip(codes) {
+                    let sent = codes::sent(
                         code,
                         slots[i],
-                        self.spec.max_payload_bytes,
-                        self.spec.past_tolerance_ms,
+                        spec.max_payload_bytes,
+                        spec.past_tolerance_ms,
                     );
                     results[i] = Some(sent.and_then(|s| self.check_replicated(s, acked)));
                 }

@@ -11,7 +11,7 @@ use rmq::{Client, ClientOptions, ErrorKind, Message, TopicKind, TopicSpec};
 async fn topic_definitions_are_checked_and_never_silently_changed() {
     let (_s, client, topic) = setup(TopicKind::Priority, 4).await;
     // Same definition: idempotent.
-    client.define_topic(topic.spec().clone()).await.unwrap();
+    client.define_topic((*topic.spec()).clone()).await.unwrap();
     // Different kind or slot count: refused, nothing changed.
     let e = client
         .define_topic(TopicSpec::new("t", TopicKind::FixedTime).slots(4))

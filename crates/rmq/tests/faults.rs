@@ -199,7 +199,7 @@ async fn a_foreign_key_at_any_queue_key_is_refused_before_any_write_or_left_alon
                 },
                 Step::Ack => d.ack().await,
                 Step::Nack => d.nack(Some(Duration::ZERO), "x").await.map(|_| ()),
-                Step::Dead => d.dead("x").await,
+                Step::Dead => d.dead("x").await.map(|_| ()),
                 Step::Extend => {
                     let r = d.extend(Duration::from_secs(5)).await;
                     std::mem::forget(d);

@@ -26,14 +26,45 @@ fn files_of(path: &Path) -> Vec<PathBuf> {
     }
 }
 
-/// Code without comments and without its `#[cfg(test)]` module.
+/// Code without comments and without its `#[cfg(test)]` items (each cut
+/// from the attribute to the end of the item's braces, wherever it is in
+/// the file: code after a test module still counts).
 fn code(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap();
-    let text = text.split("#[cfg(test)]").next().unwrap_or_default();
-    text.lines()
+    let text: String = text
+        .lines()
         .filter(|l| !l.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    let mut out = String::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let item = &rest[at..];
+        // Skip to the end of the item: its braces balanced, or its `;`.
+        let mut depth = 0usize;
+        let mut end = item.len();
+        for (i, c) in item.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        end = i + 1;
+                        break;
+                    }
+                }
+                ';' if depth == 0 => {
+                    end = i + 1;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        rest = &item[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Names re-exported at the crate root (`pub use module::{A, B}` in lib.rs).

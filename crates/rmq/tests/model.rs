@@ -1,19 +1,23 @@
 //! Property test: random sequences of send / take / ack / nack / dead /
 //! release / extend / consumer crash (deliveries abandoned, their leases
-//! expire and the next take reclaims them) against a plain in-memory model
-//! of one priority slot. After every step the pending order (I3), the merge
-//! state (I2) and the ledger (I1: every message in exactly one place,
-//! counters balanced) must match.
+//! expire and the next take reclaims them) / cancel / reschedule / pause /
+//! resume against a plain in-memory model of one priority slot. After
+//! every step the pending order (I3), the merge state (I2) and the ledger
+//! (I1: every message in exactly one place, counters balanced) must match,
+//! and so must what each cancel and reschedule answered.
 #![allow(clippy::unwrap_used)]
 mod common;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use rmq::{Delivery, Message, Topic, TopicKind, TopicSpec};
+use rmq::{
+    CancelOutcome, Delivery, ErrorKind, Message, Moved, Reschedule, Settled, State, Topic,
+    TopicKind, TopicSpec,
+};
 
 const MAX_ATTEMPTS: u32 = 3;
 
@@ -38,17 +42,30 @@ enum Op {
     /// word; after their leases expire, the next take rolls them back as
     /// failed attempts (dead after the maximum).
     Crash,
+    Cancel {
+        key: u8,
+    },
+    Reschedule {
+        key: u8,
+        prio: u32,
+    },
+    Pause,
+    Resume,
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0u8..5, 0u32..3).prop_map(|(key, prio)| Op::Send { key, prio }),
+        4 => (0u8..3, 0u32..3).prop_map(|(key, prio)| Op::Send { key, prio }),
         3 => (1usize..4).prop_map(|n| Op::Take { n }),
         2 => any::<usize>().prop_map(Op::Ack),
         2 => any::<usize>().prop_map(Op::Nack),
         1 => any::<usize>().prop_map(Op::Dead),
         1 => any::<usize>().prop_map(Op::Release),
         1 => Just(Op::AckAll),
+        3 => (0u8..3).prop_map(|key| Op::Cancel { key }),
+        2 => (0u8..3, 0u32..3).prop_map(|(key, prio)| Op::Reschedule { key, prio }),
+        1 => Just(Op::Pause),
+        1 => Just(Op::Resume),
     ]
 }
 
@@ -85,6 +102,10 @@ struct Model {
     acked: u64,
     /// In flight, abandoned by a crash: rolled back by the next take.
     abandoned: Vec<String>,
+    /// In flight and cancelled: their delivery is the last.
+    cancelled_in_flight: BTreeSet<String>,
+    cancelled: u64,
+    paused: bool,
 }
 
 impl Model {
@@ -143,6 +164,9 @@ impl Model {
         for key in std::mem::take(&mut self.abandoned) {
             self.nack(&key);
         }
+        if self.paused {
+            return Vec::new();
+        }
         let taken: Vec<_> = self.order().into_iter().take(n).collect();
         for (k, r) in &taken {
             self.pending.remove(k);
@@ -170,6 +194,7 @@ impl Model {
     }
 
     fn ack(&mut self, key: &str) {
+        self.cancelled_in_flight.remove(key);
         self.in_flight.remove(key);
         self.acked += 1;
         self.unpark(key);
@@ -180,7 +205,22 @@ impl Model {
         self.unpark(key);
     }
 
+    /// A cancelled delivery that ends otherwise than by an ack: gone, and
+    /// a duplicate parked behind it moves in.
+    fn end_cancelled(&mut self, key: &str) -> bool {
+        if !self.cancelled_in_flight.remove(key) {
+            return false;
+        }
+        self.in_flight.remove(key);
+        self.cancelled += 1;
+        self.unpark(key);
+        true
+    }
+
     fn nack(&mut self, key: &str) {
+        if self.end_cancelled(key) {
+            return;
+        }
         let Some(r) = self.in_flight.remove(key) else {
             return;
         };
@@ -195,12 +235,18 @@ impl Model {
     }
 
     fn dead(&mut self, key: &str) {
+        if self.end_cancelled(key) {
+            return;
+        }
         if let Some(r) = self.in_flight.remove(key) {
             self.bury(key, r);
         }
     }
 
     fn release(&mut self, key: &str) {
+        if self.end_cancelled(key) {
+            return;
+        }
         let Some(mut r) = self.in_flight.remove(key) else {
             return;
         };
@@ -210,6 +256,40 @@ impl Model {
         } else {
             self.pending.insert(key.into(), r);
         }
+    }
+}
+
+impl Model {
+    fn cancel(&mut self, key: &str) -> CancelOutcome {
+        if self.pending.remove(key).is_some() {
+            self.cancelled += 1;
+            return CancelOutcome::Cancelled(State::Pending);
+        }
+        if self.in_flight.contains_key(key) {
+            if self.parked.remove(key).is_some() {
+                self.cancelled += 1; // the duplicate parked behind it goes
+            }
+            let already = !self.cancelled_in_flight.insert(key.into());
+            return CancelOutcome::WillNotRetry { already };
+        }
+        if self.dead.contains_key(key) {
+            return CancelOutcome::Dead;
+        }
+        CancelOutcome::Absent
+    }
+
+    /// The new priority of the waiting message of `key`, at the back of
+    /// its FIFO: the pending one, or the one parked behind a delivery.
+    fn reschedule(&mut self, key: &str, prio: u32) -> Option<Moved> {
+        let (moved, rec) = match (self.pending.get_mut(key), self.parked.get_mut(key)) {
+            (Some(r), _) => (Moved::Pending, r),
+            (None, Some(r)) => (Moved::Parked, r),
+            (None, None) => return None,
+        };
+        self.seq += 1;
+        rec.prio = prio;
+        rec.seq = self.seq;
+        Some(moved)
     }
 }
 
@@ -244,6 +324,8 @@ async fn check(topic: &Topic, m: &Model) -> Result<(), TestCaseError> {
     prop_assert_eq!(st.behind_in_flight as usize, m.parked.len());
     prop_assert_eq!(st.dead as usize, m.dead.len());
     prop_assert_eq!((st.sent, st.merged, st.acked), (m.sent, m.merged, m.acked));
+    prop_assert_eq!(st.cancelled, m.cancelled);
+    prop_assert_eq!(st.paused_slots, u64::from(m.paused));
     let dead = topic
         .dead_letters(100)
         .await
@@ -257,7 +339,7 @@ async fn check(topic: &Topic, m: &Model) -> Result<(), TestCaseError> {
 
 #[test]
 fn protocol_matches_the_model_after_every_step() {
-    run_model(48, 40, op().boxed(), Duration::from_secs(600));
+    run_model(100, 50, op().boxed(), Duration::from_secs(600));
 }
 
 #[test]
@@ -341,11 +423,15 @@ fn run_model(cases: u32, max_ops: usize, ops: BoxedStrategy<Op>, lease: Duration
                                     model.ack(&key);
                                 }
                                 Op::Nack(_) => {
-                                    d.nack(Some(Duration::ZERO), "failed").await.unwrap();
+                                    let was = model.cancelled_in_flight.contains(&key);
+                                    let s = d.nack(Some(Duration::ZERO), "failed").await.unwrap();
+                                    prop_assert_eq!(s == Settled::Cancelled, was);
                                     model.nack(&key);
                                 }
                                 Op::Dead(_) => {
-                                    d.dead("poison").await.unwrap();
+                                    let was = model.cancelled_in_flight.contains(&key);
+                                    let s = d.dead("poison").await.unwrap();
+                                    prop_assert_eq!(s == Settled::Cancelled, was);
                                     model.dead(&key);
                                 }
                                 _ => {
@@ -369,6 +455,29 @@ fn run_model(cases: u32, max_ops: usize, ops: BoxedStrategy<Op>, lease: Duration
                         Op::Extend(i) if !hand.is_empty() => {
                             let d = &hand[i % hand.len()];
                             d.extend(lease).await.unwrap();
+                        }
+                        Op::Cancel { key } => {
+                            let key = format!("k{key}");
+                            let got = topic.cancel(&[key.as_bytes()]).await.unwrap();
+                            prop_assert_eq!(got, vec![model.cancel(&key)], "cancel {}", key);
+                        }
+                        Op::Reschedule { key, prio } => {
+                            let key = format!("k{key}");
+                            let got = topic
+                                .reschedule(key.as_bytes(), Reschedule::Priority(prio))
+                                .await
+                                .map(|r| r.moved)
+                                .map_err(|e| e.kind());
+                            let want = model.reschedule(&key, prio).ok_or(ErrorKind::NotWaiting);
+                            prop_assert_eq!(got, want, "reschedule {}", key);
+                        }
+                        Op::Pause => {
+                            topic.pause().await.unwrap();
+                            model.paused = true;
+                        }
+                        Op::Resume => {
+                            topic.resume().await.unwrap();
+                            model.paused = false;
                         }
                         Op::Crash => {
                             for d in hand.drain(..) {

@@ -8,6 +8,7 @@
 //! at connect (`preflight.rs`) and the topic registry (`registry.rs`); this
 //! file connects (one node or a cluster) and holds the handle.
 
+mod lifecycle;
 mod options;
 mod preflight;
 mod registry;
@@ -23,6 +24,7 @@ use crate::conn::{ClusterSeeds, Conn, Target};
 use crate::context::Context;
 use crate::error::{Error, ErrorKind, Result};
 use crate::topic::validate_prefix;
+pub use lifecycle::Deleted;
 pub use options::{redact, ClientOptions, Password, TlsOptions};
 pub use preflight::ServerWarning;
 use preflight::{check_functions_loaded, first_time_in_this_process, preflight, supports_waitaof};

@@ -5,7 +5,7 @@
 use super::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys;
-use crate::scripts::{self, ScriptId};
+use crate::scripts::registry::{self, Defined};
 use crate::topic::{validate_topic_name, Topic, TopicSpec};
 
 impl Client {
@@ -15,20 +15,15 @@ impl Client {
     pub async fn define_topic(&self, spec: TopicSpec) -> Result<Topic> {
         spec.validate()?;
         let json = spec.to_json();
-        let cmd = scripts::call(
-            ScriptId::DefineTopic,
-            &[keys::topic_index(self.prefix())],
-            &[spec.name.as_bytes(), json.as_bytes()],
-        );
-        let v = self
-            .inner
-            .ctx
-            .redis
-            .run_one(ScriptId::DefineTopic, cmd)
-            .await?;
-        let (code, existing): (i64, String) = redis::from_redis_value(v)
-            .map_err(|e| Error::new(ErrorKind::Redis, format!("unexpected reply: {e}")))?;
-        if code == 2 {
+        let (id, cmd) = registry::define(&keys::topic_index(self.prefix()), &spec.name, &json);
+        let reply = self.inner.ctx.redis.run_one(id, cmd).await?;
+        let defined = Defined::parse(reply).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Redis,
+                "unexpected reply from define_topic: is this server running another rmq version?",
+            )
+        })?;
+        if let Defined::Different(existing) = defined {
             let old = serde_json::from_str::<TopicSpec>(&existing)
                 .map(|o| describe_difference(&o, &spec))
                 .unwrap_or_else(|_| existing.clone());

@@ -19,6 +19,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 mod cluster;
 mod load;
+mod subscribers;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::ScriptId;
@@ -272,28 +273,7 @@ impl Redis {
         if calls.is_empty() {
             return Ok(Vec::new());
         }
-        let calls: Vec<(ScriptId, Cmd)> = if self.functions {
-            calls
-                .into_iter()
-                .map(|(id, cmd)| (id, crate::scripts::functions::as_fcall(id, &cmd)))
-                .collect()
-        } else {
-            calls
-        };
-        // A cluster may run a call twice: each writing call names itself,
-        // so that a second run answers as the first and changes nothing.
-        let calls: Vec<(ScriptId, Cmd)> = if self.is_cluster() {
-            let ttl = self.memo_ttl_ms();
-            calls
-                .into_iter()
-                .map(|(id, cmd)| match id.memoized() {
-                    true => (id, with_request_key(&cmd, ttl)),
-                    false => (id, cmd),
-                })
-                .collect()
-        } else {
-            calls
-        };
+        let calls = self.prepare(calls);
         let mut out: Vec<Option<(Result<Value>, Option<u32>)>> =
             (0..calls.len()).map(|_| None).collect();
         let mut pending: Vec<usize> = (0..calls.len()).collect();
@@ -336,6 +316,27 @@ impl Redis {
                 })
             })
             .collect())
+    }
+
+    /// The calls as this connection sends them: as FCALLs in locked-down
+    /// mode; on a cluster, which may run a call twice, each writing call
+    /// names itself, so that a second run answers as the first and
+    /// changes nothing.
+    fn prepare(&self, calls: Vec<(ScriptId, Cmd)>) -> Vec<(ScriptId, Cmd)> {
+        let ttl = self.memo_ttl_ms();
+        calls
+            .into_iter()
+            .map(|(id, cmd)| {
+                let cmd = match self.functions {
+                    true => crate::scripts::functions::as_fcall(id, &cmd),
+                    false => cmd,
+                };
+                match self.is_cluster() && id.memoized() {
+                    true => (id, with_request_key(&cmd, ttl)),
+                    false => (id, cmd),
+                }
+            })
+            .collect()
     }
 
     /// Runs one script call.

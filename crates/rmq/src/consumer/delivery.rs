@@ -178,6 +178,10 @@ impl Delivery {
                         ),
                     ))
                 }
+                Err(e) if e.kind() == ErrorKind::Fenced => {
+                    crate::observe::fenced(&m.topic);
+                    return Err(e);
+                }
                 r => return r,
             }
         }
@@ -191,7 +195,8 @@ impl Delivery {
 
     /// Failed: retried after `delay` (the topic's backoff when `None`),
     /// keeping its priority or time semantics; after the last attempt it
-    /// goes to the dead letters with `error`.
+    /// goes to the dead letters with `error`. A message cancelled while in
+    /// flight ends instead ([`Settled::Cancelled`]).
     pub async fn nack(self, delay: Option<Duration>, error: &str) -> Result<Settled> {
         let delay_ms = delay.map_or(-1, |d| {
             i64::try_from(d.as_millis().min(u128::from(crate::message::MAX_SPAN_MS))).unwrap_or(0)
@@ -203,13 +208,14 @@ impl Delivery {
         .await
     }
 
-    /// Failed for good: straight to the dead letters with `error`.
-    pub async fn dead(self, error: &str) -> Result<()> {
+    /// Failed for good: straight to the dead letters with `error`
+    /// ([`Settled::Dead`]), or, for a message cancelled in flight, ended
+    /// there ([`Settled::Cancelled`]).
+    pub async fn dead(self, error: &str) -> Result<Settled> {
         self.end(Op::Dead {
             error: error.to_string(),
         })
         .await
-        .map(|_| ())
     }
 
     /// Gives the message back untouched (the attempt is not counted),
@@ -234,8 +240,9 @@ impl Delivery {
             .clamp(1, crate::message::MAX_SPAN_MS);
         self.settler
             .settle(m.slot, m.id.clone(), self.fence(), Op::Extend { ms })
-            .await
-            .map(|_| ())
+            .await?;
+        crate::observe::lease_extended(&m.topic);
+        Ok(())
     }
 }
 

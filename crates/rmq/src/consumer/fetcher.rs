@@ -15,15 +15,13 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::delivery::Delivery;
+use super::pop::{parse_pop, pop_call, survey};
 use super::settler::Settler;
 use super::Shared;
 use crate::error::ErrorKind;
 use crate::group::{Claim, Fence};
 use crate::message::Received;
-use crate::scripts::pop::PopRequest;
-use crate::scripts::ScriptId;
-use crate::topic::{Topic, TopicKind, TopicSpec};
-use crate::value::{as_int, bytes_at, int_at, items};
+use crate::topic::{Topic, TopicKind};
 
 pub(crate) struct FetchConfig {
     pub(crate) batch: usize,
@@ -35,26 +33,6 @@ pub(crate) struct FetchConfig {
 const GATHER: Duration = Duration::from_millis(1);
 /// Slots popped per round at most (time-based topics, or serial mode).
 const FANOUT: usize = 8;
-/// Slots looked at per pipeline in a survey.
-const SURVEY_CHUNK: usize = 256;
-
-/// A pop call taking up to `count` messages of `slot` (0: only look).
-pub(crate) fn pop_call(
-    topic: &Topic,
-    slot: u32,
-    count: usize,
-    fence: Option<&Fence>,
-) -> (ScriptId, redis::Cmd) {
-    PopRequest {
-        keys: &topic.slot_keys(slot),
-        topic: &topic.args,
-        count,
-        channel: &topic.channel_for(slot),
-        slot,
-        fence: fence.map(|f| (&*f.owner, f.epoch)),
-    }
-    .call()
-}
 
 /// Runs the fetch loop until `fetcher.cancel` fires.
 pub(crate) async fn fetch_loop(mut f: Fetcher) {
@@ -67,6 +45,10 @@ pub(crate) async fn fetch_loop(mut f: Fetcher) {
         };
         match f.pop(&slots, held.len()).await {
             Ok(out) => f.hand_out(out, held).await,
+            Err(e) if e.kind() == ErrorKind::UnknownTopic => {
+                f.topic_deleted().await;
+                return;
+            }
             Err(e) => {
                 tracing::warn!(topic = %f.topic.name(), "taking messages failed, will retry: {e}");
                 drop(held);
@@ -77,6 +59,14 @@ pub(crate) async fn fetch_loop(mut f: Fetcher) {
             }
         }
     }
+}
+
+/// One round of pops: the slots chosen, a call each, and in serial mode
+/// each slot's fence.
+struct PopRound {
+    chosen: Vec<u32>,
+    calls: Vec<(crate::scripts::ScriptId, redis::Cmd)>,
+    fences: Vec<Option<Fence>>,
 }
 
 /// The fetch loop's state: what it was started with, then its own.
@@ -155,7 +145,7 @@ impl Fetcher {
     /// rescan. None once cancelled.
     async fn wait_for_work(&mut self) -> Option<Vec<u32>> {
         loop {
-            if self.cancel.is_cancelled() {
+            if self.cancel.is_cancelled() || self.topic_deleted().await {
                 return None;
             }
             if self.last_rescan.elapsed() >= self.cfg.rescan {
@@ -202,6 +192,20 @@ impl Fetcher {
         }
     }
 
+    /// Whether the topic was deleted (its definition is read again at most
+    /// every 2 s, on waking): then the consumer stops, saying why.
+    async fn topic_deleted(&self) -> bool {
+        match self.topic.settings().await {
+            Err(e) if e.kind() == ErrorKind::UnknownTopic => {
+                tracing::error!(topic = %self.topic.name(), "the consumer stops: {e}");
+                self.shared.stop_with(e);
+                self.cancel.cancel();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Sleeps the error backoff (doubling up to 2 s). False once cancelled.
     async fn back_off(&mut self) -> bool {
         tokio::select! {
@@ -212,18 +216,16 @@ impl Fetcher {
         true
     }
 
-    /// Pops the chosen slots in one round trip, sharing `cap` deliveries
-    /// among them, best first (serial: one each, fenced), and records what
-    /// each reply says of its slot. Err: the round trip failed.
-    async fn pop(
-        &mut self,
-        slots: &[u32],
-        cap: usize,
-    ) -> crate::error::Result<Vec<(Received, Option<Fence>)>> {
+    /// One pop call per chosen slot (at most `cap` slots), the batch
+    /// shared among them; serial mode takes one per slot, and only from a
+    /// slot whose lease is still held (with its fence).
+    fn pop_calls(&self, slots: &[u32], cap: usize, args: &crate::scripts::TopicArgs) -> PopRound {
         let n = slots.len().min(cap);
-        let mut fences = Vec::with_capacity(n);
-        let mut calls = Vec::with_capacity(n);
-        let mut chosen = Vec::with_capacity(n);
+        let (mut chosen, mut calls, mut fences) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
         for (i, &slot) in slots.iter().take(n).enumerate() {
             let fence = self
                 .shared
@@ -239,22 +241,43 @@ impl Fetcher {
                 cap / n + usize::from(i < cap % n)
             };
             chosen.push(slot);
-            calls.push(pop_call(&self.topic, slot, count, fence.as_ref()));
+            calls.push(pop_call(&self.topic, args, slot, count, fence.as_ref()));
             fences.push(fence);
         }
+        PopRound {
+            chosen,
+            calls,
+            fences,
+        }
+    }
+
+    /// Pops the chosen slots in one round trip, sharing `cap` deliveries
+    /// among them, best first (serial: one each, fenced), and records what
+    /// each reply says of its slot. Err: the round trip failed.
+    async fn pop(
+        &mut self,
+        slots: &[u32],
+        cap: usize,
+    ) -> crate::error::Result<Vec<(Received, Option<Fence>)>> {
+        let settings = self.topic.settings().await?;
+        let PopRound {
+            chosen,
+            calls,
+            fences,
+        } = self.pop_calls(slots, cap, &settings.args);
         let since = self.shared.lock().generation();
         let replies = self.topic.redis().run(calls).await?;
         self.error_backoff = Duration::from_millis(50);
         let mut out = Vec::new();
         for ((&slot, reply), fence) in chosen.iter().zip(replies).zip(fences) {
             let a = match reply {
-                Ok(v) => items(v),
+                Ok(v) => v,
                 Err(e) => {
                     self.pop_failed(slot, since, fence.as_ref(), &e);
                     continue;
                 }
             };
-            let popped = parse_pop(self.topic.spec(), slot, a);
+            let popped = parse_pop(&self.topic.spec, slot, a);
             {
                 let mut s = self.shared.lock();
                 s.observe_server_time(popped.now);
@@ -279,6 +302,7 @@ impl Fetcher {
     fn pop_failed(&self, slot: u32, since: u64, fence: Option<&Fence>, e: &crate::error::Error) {
         let topic = self.topic.name();
         if e.kind() == ErrorKind::Fenced {
+            crate::observe::fenced(topic);
             tracing::info!(topic, slot, "slot lease lost: {e}");
             if let (Some(o), Some(f)) = (self.shared.ownership.as_ref(), fence) {
                 self.shared.own(o).lose_epoch(slot, f.epoch);
@@ -300,6 +324,7 @@ impl Fetcher {
         mut held: Vec<OwnedSemaphorePermit>,
     ) {
         for (msg, fence) in out {
+            crate::observe::delivered(&msg);
             let permit = held.pop();
             let slot = msg.slot;
             let d = match fence {
@@ -323,143 +348,6 @@ impl Fetcher {
             if let Err(mpsc::error::SendError(d)) = self.tx.send(d).await {
                 let _ = d.release().await;
             }
-        }
-    }
-}
-
-/// Looks at slots without taking (count 0): reclaims expired leases and
-/// learns each slot's head. False when Redis could not be reached.
-async fn survey(topic: &Topic, shared: &Shared, slots: &[u32]) -> bool {
-    for chunk in slots.chunks(SURVEY_CHUNK) {
-        let calls = chunk
-            .iter()
-            .map(|&slot| pop_call(topic, slot, 0, None))
-            .collect();
-        let since = shared.lock().generation();
-        let replies = match topic.redis().run(calls).await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(topic = %topic.name(), "looking at slots failed, will retry: {e}");
-                return false;
-            }
-        };
-        for (&slot, r) in chunk.iter().zip(replies) {
-            let mut s = shared.lock();
-            match r {
-                Ok(v) => {
-                    let p = parse_pop(topic.spec(), slot, items(v));
-                    s.observe_server_time(p.now);
-                    s.after_pop(slot, since, p.head, p.retry, p.lease, p.now);
-                }
-                Err(e) => {
-                    tracing::error!(topic = %topic.name(), slot, "looking at a slot failed: {e}");
-                    let now = s.server_now();
-                    s.after_pop(slot, since, None, None, Some(now + 1_000), now);
-                }
-            }
-        }
-    }
-    true
-}
-
-/// A pop reply, decoded.
-pub(crate) struct Popped {
-    pub(crate) now: i64,
-    pub(crate) head: Option<i64>,
-    pub(crate) retry: Option<i64>,
-    pub(crate) lease: Option<i64>,
-    pub(crate) messages: Vec<Received>,
-}
-
-pub(crate) fn parse_pop(spec: &TopicSpec, slot: u32, a: Vec<redis::Value>) -> Popped {
-    let now = int_at(&a, 0).unwrap_or(0);
-    let opt = |i: usize| a.get(i).and_then(as_int);
-    let mut messages = Vec::new();
-    let mut i = 5;
-    while i + 1 < a.len() {
-        let id = bytes_at(&a, i).unwrap_or_default();
-        let payload = bytes_at(&a, i + 1).unwrap_or_default();
-        i += 2;
-        let Some(d) = DeliveryId::parse(&id) else {
-            tracing::error!(topic = %spec.name, slot, "pop returned a malformed delivery id");
-            continue;
-        };
-        let (priority, due_ms) = Received::score_fields(spec.kind, d.score);
-        messages.push(Received {
-            topic: spec.name.clone(),
-            kind: spec.kind,
-            key: d.key.to_vec(),
-            payload,
-            slot,
-            attempt: d.attempt,
-            priority,
-            due_ms,
-            token: d.token,
-            taken_ms: now,
-            fence: None,
-            id,
-        });
-    }
-    Popped {
-        now,
-        head: opt(1),
-        retry: opt(2),
-        lease: opt(3),
-        messages,
-    }
-}
-
-/// The parts of a delivery id, `<token>,<attempt>,<score>|<key>` (pop.lua).
-#[derive(Debug, PartialEq)]
-pub(crate) struct DeliveryId<'a> {
-    pub(crate) token: u64,
-    pub(crate) attempt: u32,
-    pub(crate) score: i64,
-    pub(crate) key: &'a [u8],
-}
-
-impl<'a> DeliveryId<'a> {
-    pub(crate) fn parse(id: &'a [u8]) -> Option<DeliveryId<'a>> {
-        let bar = id.iter().position(|&b| b == b'|')?;
-        let head = std::str::from_utf8(&id[..bar]).ok()?;
-        let mut parts = head.splitn(3, ',');
-        let token = parts.next()?.parse().ok()?;
-        let attempt = parts.next()?.parse().ok()?;
-        let score_s = parts.next()?;
-        // Scores are whole numbers; Redis may print a large one as a float.
-        let score = score_s
-            .parse::<i64>()
-            .ok()
-            .or_else(|| score_s.parse::<f64>().ok().map(|f| f as i64))?;
-        Some(DeliveryId {
-            token,
-            attempt,
-            score,
-            key: &id[bar + 1..],
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::DeliveryId;
-
-    #[test]
-    fn a_delivery_id_names_token_attempt_score_and_key() {
-        let d = DeliveryId::parse(b"17,2,9007199254740991|a|b,c").unwrap();
-        assert_eq!(
-            d,
-            DeliveryId {
-                token: 17,
-                attempt: 2,
-                score: 9_007_199_254_740_991,
-                key: b"a|b,c",
-            }
-        );
-        assert_eq!(DeliveryId::parse(b"1,1,-5|").unwrap().score, -5);
-        assert_eq!(DeliveryId::parse(b"1,1,1e3|k").unwrap().score, 1000);
-        for bad in [&b"k"[..], b"1,1|k", b"x,1,2|k", b"1,1,2", b"1,-1,2|k"] {
-            assert_eq!(DeliveryId::parse(bad), None, "{bad:?}");
         }
     }
 }

@@ -2,7 +2,7 @@
 //! a handler run with a chosen concurrency ([`ConsumerBuilder::run`]).
 //!
 //! Three background duties serve a consumer, one file each: the fetch loop
-//! (`fetcher.rs`, phase one), the settler (`settler.rs`, phase two, batched)
+//! (`fetcher.rs`, phase one, with `pop.rs` making deliveries of pop replies), the settler (`settler.rs`, phase two, batched)
 //! and the wake-up listener (`wake.rs`); what they share is in `shared.rs`
 //! and the schedule of slots in `schedule.rs`. A [`Delivery`] ends one
 //! message (`delivery.rs`); the handler API is `runner.rs`; taking by hand
@@ -18,6 +18,7 @@
 
 mod delivery;
 mod fetcher;
+mod pop;
 mod runner;
 mod schedule;
 mod settler;
@@ -213,6 +214,7 @@ impl ConsumerBuilder {
             stop: stop.clone(),
             _stop: stop.drop_guard(),
             keeper,
+            shared,
         }
     }
 }
@@ -224,9 +226,16 @@ pub struct Deliveries {
     stop: CancellationToken,
     _stop: tokio_util::sync::DropGuard,
     keeper: Option<(CancellationToken, Option<tokio::task::JoinHandle<()>>)>,
+    shared: Arc<Shared>,
 }
 
 impl Deliveries {
+    /// Why the stream ended by itself, if it did: its topic was deleted
+    /// ([`ErrorKind::UnknownTopic`](crate::ErrorKind::UnknownTopic)).
+    pub fn stopped_by(&self) -> Option<crate::Error> {
+        self.shared.stopped()
+    }
+
     /// Stops taking messages and, in serial mode, releases the slot leases
     /// and leaves the group, so that other members take over at once.
     /// Deliveries still held can no longer be settled after this.

@@ -70,6 +70,8 @@ pub struct RunReport {
     pub dead: u64,
     /// Messages released at shutdown.
     pub released: u64,
+    /// Deliveries that ended because their message was cancelled in flight.
+    pub cancelled: u64,
     /// Settles that failed (stale lease or Redis unreachable): those
     /// messages are redelivered after their lease.
     pub failed_settles: u64,
@@ -87,7 +89,7 @@ impl ConsumerBuilder {
         if let Some(c) = &self.serial {
             validate_group(&c.group)?;
         }
-        let lease = Duration::from_millis(self.topic.spec().lease_ms);
+        let topic = self.topic.clone();
         let auto_extend = self.auto_extend;
         let grace = self.grace;
         let handler = Arc::new(handler);
@@ -104,7 +106,16 @@ impl ConsumerBuilder {
                     }
                     Some(d) => {
                         let h = handler.clone();
-                        tasks.spawn(handle(d, h, lease, auto_extend, hard_stop.clone()));
+                        // The lease as it is now (an update changes it).
+                        let lease = Duration::from_millis(topic.spec().lease_ms);
+                        let (name, hard) = (topic.name().to_string(), hard_stop.clone());
+                        tasks.spawn(async move {
+                            let started = std::time::Instant::now();
+                            let ended = handle(d, h, lease, auto_extend, hard).await;
+                            let secs = started.elapsed().as_secs_f64();
+                            crate::observe::handled(&name, ended.name(), secs);
+                            ended
+                        });
                     }
                     None => break,
                 },
@@ -122,8 +133,12 @@ impl ConsumerBuilder {
                 count(&mut report, r);
             }
         }
+        let stopped = deliveries.stopped_by();
         deliveries.close().await;
-        Ok(report)
+        match stopped {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
     }
 }
 
@@ -132,7 +147,22 @@ enum Ended {
     Retried,
     Dead,
     Released,
+    Cancelled,
     Failed,
+}
+
+impl Ended {
+    /// The `outcome` label of the handler metrics.
+    fn name(&self) -> &'static str {
+        match self {
+            Ended::Acked => "acked",
+            Ended::Retried => "retried",
+            Ended::Dead => "dead",
+            Ended::Released => "released",
+            Ended::Cancelled => "cancelled",
+            Ended::Failed => "failed",
+        }
+    }
 }
 
 fn count(report: &mut RunReport, r: std::result::Result<Ended, tokio::task::JoinError>) {
@@ -140,6 +170,7 @@ fn count(report: &mut RunReport, r: std::result::Result<Ended, tokio::task::Join
         Ok(Ended::Acked) => report.acked += 1,
         Ok(Ended::Retried) => report.retried += 1,
         Ok(Ended::Dead) => report.dead += 1,
+        Ok(Ended::Cancelled) => report.cancelled += 1,
         Ok(Ended::Released) => report.released += 1,
         Ok(Ended::Failed) | Err(_) => report.failed_settles += 1,
     }
@@ -179,9 +210,13 @@ where
         Outcome::Ack => d.ack().await.map(|_| Ended::Acked),
         Outcome::Retry { after, error } => d.nack(after, &error).await.map(|s| match s {
             Settled::Dead => Ended::Dead,
+            Settled::Cancelled => Ended::Cancelled,
             _ => Ended::Retried,
         }),
-        Outcome::Dead { error } => d.dead(&error).await.map(|_| Ended::Dead),
+        Outcome::Dead { error } => d.dead(&error).await.map(|s| match s {
+            Settled::Cancelled => Ended::Cancelled,
+            _ => Ended::Dead,
+        }),
     };
     r.unwrap_or_else(|e| {
         tracing::warn!("could not end a delivery: {e}");

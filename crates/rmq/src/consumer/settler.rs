@@ -10,9 +10,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::group::Fence;
-use crate::scripts::settle::SettleRequest;
+use crate::scripts::settle::{self, SettleRequest};
 use crate::topic::Topic;
-use crate::value::{int_at, items};
 
 /// Settles drained per pipeline at most.
 const MAX_DRAIN: usize = 4_096;
@@ -26,7 +25,7 @@ const PER_CALL: usize = 500;
 /// Owner and epoch of a serial-mode settle, as a grouping key.
 type FenceKey = (std::sync::Arc<str>, u64);
 
-pub(crate) use crate::message::Settled;
+pub(crate) use crate::outcome::Settled;
 
 pub(crate) use crate::scripts::settle::Op;
 
@@ -119,6 +118,7 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
     for ((slot, fence), reqs) in by_slot {
         let keys = topic.slot_keys(slot);
         let channel = topic.channel_for(slot);
+        let settings = topic.cached();
         let mut reqs = reqs;
         while !reqs.is_empty() {
             let rest = reqs.split_off(reqs.len().min(PER_CALL));
@@ -126,7 +126,7 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
             calls.push(
                 SettleRequest {
                     keys: &keys,
-                    topic: &topic.args,
+                    topic: &settings.args,
                     channel: &channel,
                     slot,
                     fence: fence.as_ref().map(|(owner, epoch)| (&**owner, *epoch)),
@@ -142,9 +142,8 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
             for (reply, group) in replies.into_iter().zip(groups) {
                 match reply {
                     Ok(v) => {
-                        let codes = items(v);
-                        for (i, r) in group.into_iter().enumerate() {
-                            let res = crate::scripts::codes::settled(int_at(&codes, i + 1));
+                        let outcomes = settle::outcomes(v, group.len());
+                        for (r, res) in group.into_iter().zip(outcomes) {
                             if let Some(tx) = r.reply {
                                 let _ = tx.send(res);
                             }

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 use super::schedule::Schedule;
+use crate::error::Error;
 use crate::group::{Ownership, SlotEvents};
 use crate::topic::TopicKind;
 
@@ -18,6 +19,8 @@ pub(crate) struct Shared {
     pub(crate) notify: Notify,
     /// Serial mode: the slots this consumer owns.
     pub(crate) ownership: Option<Arc<Mutex<Ownership>>>,
+    /// Why the consumer stopped by itself (its topic was deleted).
+    stopped: Mutex<Option<Error>>,
 }
 
 impl Shared {
@@ -27,7 +30,22 @@ impl Shared {
             schedule: Mutex::new(Schedule::new(kind, slots)),
             notify: Notify::new(),
             ownership: member.map(|m| Arc::new(Mutex::new(Ownership::new(m)))),
+            stopped: Mutex::new(None),
         }
+    }
+
+    /// The consumer stops by itself, for this reason.
+    pub(crate) fn stop_with(&self, e: Error) {
+        *self.stopped.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+    }
+
+    /// Why the consumer stopped by itself, if it did.
+    pub(crate) fn stopped(&self) -> Option<Error> {
+        self.stopped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(Error::duplicate)
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Schedule> {

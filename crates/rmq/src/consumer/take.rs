@@ -2,28 +2,28 @@
 //! tests (a long-running consumer uses [`Topic::consumer`]).
 
 use super::delivery::Delivery;
-use super::fetcher;
+use super::pop;
 use super::settler::Settler;
 use crate::error::Result;
 use crate::group::Fence;
 use crate::topic::Topic;
-use crate::value::items;
 
 impl Topic {
     /// Takes up to `max` due messages right now, without waiting, slot by
     /// slot from slot 0 (no cross-slot priority order). For tools, scripts
     /// and tests; a long-running consumer should use [`Topic::consumer`].
     pub async fn take(&self, max: usize) -> Result<Vec<Delivery>> {
+        let settings = self.settings().await?;
         let settler = Settler::spawn(self.clone());
         let mut out: Vec<Delivery> = Vec::new();
-        for slot in 0..self.spec().slots {
+        for slot in 0..self.spec.slots {
             // Per call at most 1000 (the pop script's own limit).
             loop {
                 let want = (max - out.len()).min(1_000);
                 if want == 0 {
                     break;
                 }
-                let (id, cmd) = fetcher::pop_call(self, slot, want, None);
+                let (id, cmd) = pop::pop_call(self, &settings.args, slot, want, None);
                 let v = match self.redis().run_one(id, cmd).await {
                     Ok(v) => v,
                     Err(e) => {
@@ -33,7 +33,7 @@ impl Topic {
                         return Err(e);
                     }
                 };
-                let popped = fetcher::parse_pop(self.spec(), slot, crate::value::items(v));
+                let popped = pop::parse_pop(&self.spec, slot, v);
                 let got = popped.messages.len();
                 out.extend(
                     popped
@@ -65,9 +65,9 @@ impl Topic {
             owner: owner.into(),
             epoch,
         };
-        let (id, cmd) = fetcher::pop_call(self, slot, 1, Some(&fence));
+        let (id, cmd) = pop::pop_call(self, &self.settings().await?.args, slot, 1, Some(&fence));
         let v = self.redis().run_one(id, cmd).await?;
-        let popped = fetcher::parse_pop(self.spec(), slot, items(v));
+        let popped = pop::parse_pop(&self.spec, slot, v);
         let settler = Settler::spawn(self.clone());
         Ok(popped
             .messages

@@ -34,7 +34,8 @@ async fn pause(backoff: &mut Duration, cancel: &CancellationToken) -> bool {
 }
 
 /// Turns one notice into a hint and wakes the fetcher.
-fn deliver(shared: &Shared, payload: &[u8]) {
+fn deliver(topic: &str, shared: &Shared, payload: &[u8]) {
+    crate::observe::woken(topic);
     match parse(payload) {
         Some(Notice::Head { slot, score }) => shared.lock().notify(slot, score),
         Some(Notice::RetryAt { slot, ms }) => shared.lock().wake_at(slot, ms),
@@ -82,7 +83,7 @@ async fn listen_single(
         loop {
             tokio::select! {
                 m = messages.next() => match m {
-                    Some(m) => deliver(&shared, m.get_payload_bytes()),
+                    Some(m) => deliver(topic.name(), &shared, m.get_payload_bytes()),
                     None => break,
                 },
                 _ = cancel.cancelled() => return,
@@ -142,7 +143,7 @@ async fn listen_cluster(
                     Some(push) => match push.kind {
                         redis::PushKind::SMessage | redis::PushKind::Message => {
                             if let Some(redis::Value::BulkString(p)) = push.data.get(1) {
-                                deliver(&shared, p);
+                                deliver(topic.name(), &shared, p);
                             }
                         }
                         redis::PushKind::SUnsubscribe | redis::PushKind::Disconnection => break,

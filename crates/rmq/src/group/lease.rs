@@ -257,14 +257,6 @@ pub(crate) async fn keep_leases(
     cfg: SerialConfig,
     stop: CancellationToken,
 ) {
-    let tick = cfg.tick();
-    let ttl_ms = u64::try_from(cfg.lease_ttl.as_millis()).unwrap_or(u64::MAX);
-    // A lease counts here for half its time after the renewal was sent;
-    // renewals come every quarter and each call may take a quarter at most,
-    // so a slow or cut-off Redis makes this consumer give the slot up (and
-    // stop its handlers) well before the lease can expire in Redis.
-    let margin = cfg.lease_ttl / 2;
-    let call_limit = cfg.lease_ttl / 4;
     tokio::spawn(watchdog(
         topic.clone(),
         own.clone(),
@@ -273,46 +265,18 @@ pub(crate) async fn keep_leases(
         stop.clone(),
     ));
     let member = own.lock().unwrap_or_else(|p| p.into_inner()).member.clone();
+    let keeper = Keeper {
+        topic,
+        own,
+        coordinator,
+        member,
+        cfg,
+    };
     loop {
         let leaving = stop.is_cancelled();
-        let members = heartbeat(&topic, &*coordinator, &member, leaving, call_limit).await;
-        let plans = {
-            let mut o = own.lock().unwrap_or_else(|p| p.into_inner());
-            o.expire(topic.name());
-            let desired = match (&members, leaving) {
-                (_, true) => Some(HashSet::new()),
-                (Some(m), false) => {
-                    Some(assign(m, topic.spec().slots, &member).into_iter().collect())
-                }
-                (None, false) => None,
-            };
-            plan(&mut o, desired.as_ref(), leaving)
-        };
-        let calls = lease_calls(&topic, &plans, &member, ttl_ms);
-        let sent_at = Instant::now();
-        let result = match tokio::time::timeout(call_limit, topic.redis().run(calls)).await {
-            Ok(r) => r,
-            Err(_) => Err(crate::error::Error::new(
-                crate::error::ErrorKind::Connection,
-                "renewing slot leases timed out",
-            )),
-        };
-        let acquired = match result {
-            Ok(replies) => {
-                let mut o = own.lock().unwrap_or_else(|p| p.into_inner());
-                let answers = replies.into_iter().map(|r| r.ok().map(LeaseAnswer::of));
-                apply(&mut o, plans, answers, sent_at + cfg.lease_ttl - margin)
-            }
-            Err(e) => {
-                tracing::warn!(topic = %topic.name(), "renewing slot leases failed: {e}");
-                Vec::new()
-            }
-        };
-        for &slot in &acquired {
-            tracing::debug!(topic = %topic.name(), slot, "slot acquired");
-        }
         // Look at newly owned slots at once, whatever was known of them.
-        for slot in acquired {
+        for slot in keeper.round(leaving).await {
+            tracing::debug!(topic = %keeper.topic.name(), slot, "slot acquired");
             events.slot_may_have_work(slot);
         }
         events.ownership_changed();
@@ -320,9 +284,64 @@ pub(crate) async fn keep_leases(
             return;
         }
         tokio::select! {
-            _ = tokio::time::sleep(tick) => {}
+            _ = tokio::time::sleep(keeper.cfg.tick()) => {}
             _ = stop.cancelled() => {}
         }
+    }
+}
+
+/// What one round of lease keeping works with.
+struct Keeper {
+    topic: Topic,
+    own: Arc<Mutex<Ownership>>,
+    coordinator: Arc<dyn Coordinator>,
+    member: Arc<str>,
+    cfg: SerialConfig,
+}
+
+impl Keeper {
+    /// One heartbeat, then one pipeline of lease calls as `plan` decides
+    /// and `apply` records; returns the slots acquired. (`leaving`: give
+    /// every slot up and leave the group.)
+    async fn round(&self, leaving: bool) -> Vec<u32> {
+        let (topic, lease_ttl) = (&self.topic, self.cfg.lease_ttl);
+        // A lease counts here for half its time after the renewal was sent;
+        // renewals come every quarter and each call may take a quarter at
+        // most, so a slow or cut-off Redis makes this consumer give the slot
+        // up (and stop its handlers) well before the lease can expire in Redis.
+        let (margin, call_limit) = (lease_ttl / 2, lease_ttl / 4);
+        let ttl_ms = u64::try_from(lease_ttl.as_millis()).unwrap_or(u64::MAX);
+        let members = heartbeat(topic, &*self.coordinator, &self.member, leaving, call_limit).await;
+        let plans = {
+            let mut o = self.own.lock().unwrap_or_else(|p| p.into_inner());
+            o.expire(topic.name());
+            let desired: Option<HashSet<u32>> = match (&members, leaving) {
+                (_, true) => Some(HashSet::new()),
+                (Some(m), false) => Some(
+                    assign(m, topic.spec().slots, &self.member)
+                        .into_iter()
+                        .collect(),
+                ),
+                (None, false) => None,
+            };
+            plan(&mut o, desired.as_ref(), leaving)
+        };
+        let calls = lease_calls(topic, &plans, &self.member, ttl_ms);
+        let sent_at = Instant::now();
+        let replies = match tokio::time::timeout(call_limit, topic.redis().run(calls)).await {
+            Ok(Ok(replies)) => replies,
+            Ok(Err(e)) => {
+                tracing::warn!(topic = %topic.name(), "renewing slot leases failed: {e}");
+                return Vec::new();
+            }
+            Err(_) => {
+                tracing::warn!(topic = %topic.name(), "renewing slot leases timed out");
+                return Vec::new();
+            }
+        };
+        let mut o = self.own.lock().unwrap_or_else(|p| p.into_inner());
+        let answers = replies.into_iter().map(|r| r.ok().map(LeaseAnswer::of));
+        apply(&mut o, plans, answers, sent_at + lease_ttl - margin)
     }
 }
 

@@ -28,9 +28,8 @@ pub(crate) use lease::{keep_leases, Ownership};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys;
 use crate::scripts::lease::{LeaseAnswer, LeaseOp, LeaseRequest};
-use crate::scripts::{self, ScriptId};
+use crate::scripts::{membership, registry};
 use crate::topic::Topic;
-use crate::value::{bytes_at, items};
 
 /// A serial-mode consumer's claim on a slot: its member id and the lease's
 /// epoch. Sent with every pop and settle of that slot.
@@ -81,19 +80,37 @@ pub trait Coordinator: Send + Sync + 'static {
 }
 
 /// Membership kept in a Redis hash next to the topic.
+/// Its first heartbeat notes the group in the topic index, so that a
+/// topic delete finds the hash and deletes it too.
 pub(crate) struct RedisCoordinator {
     topic: Topic,
     key: String,
+    field: String,
     timeout_ms: String,
+    noted: std::sync::atomic::AtomicBool,
 }
 
 impl RedisCoordinator {
     pub(crate) fn new(topic: Topic, group: &str, timeout: Duration) -> Self {
         RedisCoordinator {
             key: keys::group_key(topic.prefix(), topic.name(), group),
+            field: keys::group_field(topic.name(), group),
             topic,
             timeout_ms: timeout.as_millis().to_string(),
+            noted: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    async fn note_group(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.noted.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let index = keys::topic_index(self.topic.prefix());
+        let (id, cmd) = registry::groups(&index, true, &self.field);
+        self.topic.redis().run_one(id, cmd).await?;
+        self.noted.store(true, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -104,22 +121,13 @@ impl Coordinator for RedisCoordinator {
         leaving: bool,
     ) -> Pin<Box<dyn Future<Output = Result<Vec<String>>> + Send + 'a>> {
         Box::pin(async move {
-            let op: &[u8] = if leaving { b"leave" } else { b"beat" };
-            let cmd = scripts::call(
-                ScriptId::Membership,
-                std::slice::from_ref(&self.key),
-                &[member.as_bytes(), op, self.timeout_ms.as_bytes()],
-            );
-            let v = self
-                .topic
-                .redis()
-                .run_one(ScriptId::Membership, cmd)
-                .await?;
-            let a = items(v);
-            Ok((1..a.len())
-                .filter_map(|i| bytes_at(&a, i))
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .collect())
+            if !leaving {
+                self.note_group().await?;
+            }
+            let (id, cmd) = membership::heartbeat(&self.key, member, leaving, &self.timeout_ms);
+            Ok(membership::members(
+                self.topic.redis().run_one(id, cmd).await?,
+            ))
         })
     }
 }

@@ -6,7 +6,7 @@
 //! script replies with has a kind.)
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::message::{Sent, Settled};
+use crate::outcome::{Moved, Sent, Settled};
 
 /// One message's code in a send reply (send.lua): 1 new, 2 merged into a
 /// pending message, 3 new behind the same key in flight, 4 merged into the
@@ -35,12 +35,13 @@ pub(crate) fn sent(code: i64, slot: u32, max_payload: u64, tolerance_ms: u64) ->
 }
 
 /// One operation's code in a settle reply (settle.lua): 1 done, 2 dead,
-/// 3 superseded by a duplicate; -1 stale, -2 fenced (nothing changed).
+/// 3 superseded by a duplicate, 4 cancelled; -1 stale, -2 fenced (nothing changed).
 pub(crate) fn settled(code: Option<i64>) -> Result<Settled> {
     match code {
         Some(1) => Ok(Settled::Done),
         Some(2) => Ok(Settled::Dead),
         Some(3) => Ok(Settled::Superseded),
+        Some(4) => Ok(Settled::Cancelled),
         Some(-2) => Err(Error::new(
             ErrorKind::Fenced,
             "refused by fencing: this consumer no longer holds the slot's lease \
@@ -50,6 +51,35 @@ pub(crate) fn settled(code: Option<i64>) -> Result<Settled> {
             ErrorKind::StaleDelivery,
             "this delivery is no longer current (its lease expired and the message \
              was rolled back or delivered again): nothing was changed",
+        )),
+    }
+}
+
+/// A reschedule reply's code (reschedule.lua): 1 pending, 2 retry-waiting,
+/// 3 the parked duplicate; -1 absent, -2 in flight with nothing parked,
+/// -3 due in the past, -4 invalid spec (nothing changed).
+pub(crate) fn rescheduled(code: Option<i64>, tolerance_ms: u64) -> Result<Moved> {
+    match code {
+        Some(1) => Ok(Moved::Pending),
+        Some(2) => Ok(Moved::RetryWaiting),
+        Some(3) => Ok(Moved::Parked),
+        Some(-1) => Err(Error::new(
+            ErrorKind::NotWaiting,
+            "no message of this key is waiting (absent or only dead): nothing was changed",
+        )),
+        Some(-2) => Err(Error::new(
+            ErrorKind::NotWaiting,
+            "the message of this key is in flight and nothing waits behind it; a delivery \
+             in progress cannot be rescheduled: nothing was changed",
+        )),
+        Some(-3) => Err(Error::from_send_code(-1, 0, tolerance_ms)),
+        Some(-4) => Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "the new due time or priority is out of range: nothing was changed",
+        )),
+        _ => Err(Error::new(
+            ErrorKind::Redis,
+            "unexpected reply from reschedule: is this server running another rmq version?",
         )),
     }
 }
@@ -98,7 +128,22 @@ mod tests {
                 ErrorKind::InvalidArgument
             ]
         );
-        assert_eq!(header_codes(ScriptId::Settle), vec![-2, -1, 1, 2, 3]);
+        assert_eq!(header_codes(ScriptId::Settle), vec![-2, -1, 1, 2, 3, 4]);
+        assert_eq!(settled(Some(4)).unwrap(), Settled::Cancelled);
+        assert_eq!(
+            header_codes(ScriptId::Reschedule),
+            vec![-4, -3, -2, -1, 1, 2, 3]
+        );
+        assert_eq!(rescheduled(Some(3), 0).unwrap(), Moved::Parked);
+        for (code, kind) in [
+            (-1, ErrorKind::NotWaiting),
+            (-2, ErrorKind::NotWaiting),
+            (-3, ErrorKind::PastDue),
+            (-4, ErrorKind::InvalidArgument),
+        ] {
+            assert_eq!(rescheduled(Some(code), 0).unwrap_err().kind(), kind);
+        }
+        assert_eq!(header_codes(ScriptId::Cancel), vec![0, 1, 2, 3, 4, 5]);
         assert_eq!(settled(Some(1)).unwrap(), Settled::Done);
         assert_eq!(settled(Some(2)).unwrap(), Settled::Dead);
         assert_eq!(settled(Some(3)).unwrap(), Settled::Superseded);

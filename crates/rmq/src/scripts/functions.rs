@@ -42,6 +42,13 @@ fn snake(id: ScriptId) -> &'static str {
         ScriptId::DefineTopic => "define_topic",
         ScriptId::Lease => "lease",
         ScriptId::Membership => "membership",
+        ScriptId::Get => "get",
+        ScriptId::Cancel => "cancel",
+        ScriptId::Reschedule => "reschedule",
+        ScriptId::Pause => "pause",
+        ScriptId::ReplaceTopic => "replace_topic",
+        ScriptId::DropSlot => "drop_slot",
+        ScriptId::Groups => "groups",
     }
 }
 

@@ -10,10 +10,15 @@
 
 use std::sync::OnceLock;
 
+pub(crate) mod admin;
 pub(crate) mod codes;
+pub(crate) mod control;
 pub(crate) mod functions;
 pub(crate) mod lease;
+pub(crate) mod membership;
 pub(crate) mod pop;
+pub(crate) mod registry;
+pub(crate) mod send;
 pub(crate) mod settle;
 
 /// The helpers scripts share, one include per concern, in the order they
@@ -38,6 +43,7 @@ pub(crate) struct TopicArgs {
     pub(crate) backoff: String,
     pub(crate) backoff_max: String,
     pub(crate) dead_max: String,
+    pub(crate) dead_ttl: String,
 }
 
 /// A fresh jitter in [0, 1) for a script's retry backoff, as an argument.
@@ -68,10 +74,17 @@ pub(crate) enum ScriptId {
     DefineTopic,
     Lease,
     Membership,
+    Get,
+    Cancel,
+    Reschedule,
+    Pause,
+    ReplaceTopic,
+    DropSlot,
+    Groups,
 }
 
 impl ScriptId {
-    pub(crate) const ALL: [ScriptId; 11] = [
+    pub(crate) const ALL: [ScriptId; 18] = [
         ScriptId::Send,
         ScriptId::Pop,
         ScriptId::Settle,
@@ -83,6 +96,13 @@ impl ScriptId {
         ScriptId::DefineTopic,
         ScriptId::Lease,
         ScriptId::Membership,
+        ScriptId::Get,
+        ScriptId::Cancel,
+        ScriptId::Reschedule,
+        ScriptId::Pause,
+        ScriptId::ReplaceTopic,
+        ScriptId::DropSlot,
+        ScriptId::Groups,
     ];
 
     pub(crate) fn source(self) -> (&'static str, &'static str) {
@@ -102,6 +122,16 @@ impl ScriptId {
             // Renewing and releasing leases must work at maxmemory.
             ScriptId::Lease => ("#!lua flags=allow-oom", include_str!("lua/lease.lua")),
             ScriptId::Membership => ("#!lua flags=allow-oom", include_str!("lua/membership.lua")),
+            ScriptId::Get => ("#!lua flags=no-writes", include_str!("lua/get.lua")),
+            // Cancelling frees memory; pausing is what an operator does when
+            // things go wrong: both must work at maxmemory.
+            ScriptId::Cancel => ("#!lua flags=allow-oom", include_str!("lua/cancel.lua")),
+            ScriptId::Reschedule => ("#!lua", include_str!("lua/reschedule.lua")),
+            ScriptId::Pause => ("#!lua flags=allow-oom", include_str!("lua/pause.lua")),
+            ScriptId::ReplaceTopic => ("#!lua", include_str!("lua/replace_topic.lua")),
+            // Deleting a topic frees memory: allowed at maxmemory.
+            ScriptId::DropSlot => ("#!lua flags=allow-oom", include_str!("lua/drop_slot.lua")),
+            ScriptId::Groups => ("#!lua flags=allow-oom", include_str!("lua/groups.lua")),
         }
     }
 }
@@ -113,7 +143,13 @@ impl ScriptId {
     pub(crate) fn memoized(self) -> bool {
         matches!(
             self,
-            ScriptId::Send | ScriptId::Pop | ScriptId::Settle | ScriptId::Lease
+            ScriptId::Send
+                | ScriptId::Pop
+                | ScriptId::Settle
+                | ScriptId::Lease
+                | ScriptId::Cancel
+                | ScriptId::Reschedule
+                | ScriptId::Pause
         )
     }
 
@@ -126,6 +162,7 @@ impl ScriptId {
                 | ScriptId::DeadList
                 | ScriptId::DefineTopic
                 | ScriptId::Membership
+                | ScriptId::Get
         )
     }
 
@@ -169,14 +206,14 @@ pub(crate) fn text(id: ScriptId) -> String {
     }
 }
 
-/// The `ARGV[n] name` entries of a script's header, names in order of n
-/// (what a typed request's `ARGV` must equal).
+/// The `<array>[n] name` entries of a header (`array` is `KEYS` or
+/// `ARGV`), names in order of n; the first entry of each n counts.
 #[cfg(test)]
-pub(crate) fn header_argv(id: ScriptId) -> Vec<String> {
-    let (_, body) = id.source();
+fn header_names(header: &str, array: &str) -> Vec<String> {
     let mut found: Vec<(usize, String)> = Vec::new();
-    for line in body.lines().take_while(|l| l.starts_with("--")) {
-        for part in line.split("ARGV[").skip(1) {
+    let open = format!("{array}[");
+    for line in header.lines().take_while(|l| l.starts_with("--")) {
+        for part in line.split(open.as_str()).skip(1) {
             let Some((n, rest)) = part.split_once(']') else {
                 continue;
             };
@@ -190,6 +227,25 @@ pub(crate) fn header_argv(id: ScriptId) -> Vec<String> {
     }
     found.sort();
     found.into_iter().map(|(_, name)| name).collect()
+}
+
+/// The `ARGV[n] name` entries of a script's header, names in order of n
+/// (what a typed request's `ARGV` must equal).
+#[cfg(test)]
+pub(crate) fn header_argv(id: ScriptId) -> Vec<String> {
+    header_names(id.source().1, "ARGV")
+}
+
+/// The names of a script's KEYS, by its header: a slot script's are the
+/// ten that `layout.lua` lists.
+#[cfg(test)]
+pub(crate) fn header_keys(id: ScriptId) -> Vec<String> {
+    let (_, body) = id.source();
+    if body.contains("-- KEYS: the ten slot keys (see layout.lua)") {
+        header_names(INCLUDES[0].1, "KEYS")
+    } else {
+        header_names(body, "KEYS")
+    }
 }
 
 /// A built script: its full source and SHA1.
@@ -217,7 +273,10 @@ pub(crate) fn get(id: ScriptId) -> &'static Built {
 /// call must share one Redis Cluster hash slot (checked in debug builds, so
 /// every test of the suite checks every call it makes): no script can then
 /// ever fail with CROSSSLOT.
-pub(crate) fn call(id: ScriptId, keys: &[String], args: &[&[u8]]) -> redis::Cmd {
+///
+/// Only the typed requests of this module's children call it: no other
+/// module builds a script's KEYS or ARGV.
+fn call(id: ScriptId, keys: &[String], args: &[&[u8]]) -> redis::Cmd {
     debug_assert!(
         one_hash_slot(keys),
         "{id:?} called with keys of several cluster slots: {keys:?}"
@@ -274,6 +333,25 @@ mod tests {
             crate::keys::slot_keys("rmq", "t", 1, 2)[0].clone(),
         ];
         let _ = call(ScriptId::Send, &mixed, &[]);
+    }
+
+    #[test]
+    fn every_slot_script_takes_the_ten_slot_keys_in_layout_order() {
+        let slot_scripts: Vec<ScriptId> = ScriptId::ALL
+            .into_iter()
+            .filter(|&id| {
+                !matches!(
+                    id,
+                    ScriptId::DefineTopic
+                        | ScriptId::Membership
+                        | ScriptId::ReplaceTopic
+                        | ScriptId::Groups
+                )
+            })
+            .collect();
+        for id in slot_scripts {
+            assert_eq!(header_keys(id), crate::keys::SLOT_KEY_NAMES, "{id:?}");
+        }
     }
 
     #[test]
@@ -341,6 +419,36 @@ mod tests {
                         "{id:?} uses {name} from {inc}.lua without including it"
                     );
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn every_include_a_script_names_is_used_by_it() {
+        let code_of = |src: &str| -> String {
+            src.lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        for id in ScriptId::ALL {
+            let (_, body) = id.source();
+            let named = includes_named(body);
+            for (k, (inc, src)) in INCLUDES.iter().enumerate() {
+                if !named.contains(inc) {
+                    continue;
+                }
+                // Its users: the body and the includes put after it.
+                let mut users = code_of(body);
+                for (later, later_src) in &INCLUDES[k + 1..] {
+                    if named.contains(later) {
+                        users.push_str(&code_of(later_src));
+                    }
+                }
+                assert!(
+                    defined(src).iter().any(|name| uses(&users, name)),
+                    "{id:?} includes {inc}.lua but uses nothing of it"
+                );
             }
         }
     }

@@ -2,13 +2,16 @@
 //! deliveries of one slot, many in one call. Its reply codes are decoded in
 //! `codes.rs`.
 
-use redis::Cmd;
+use redis::{Cmd, Value};
 
 use super::{ScriptId, TopicArgs};
+use crate::error::Result;
+use crate::outcome::Settled;
+use crate::value::{int_at, items};
 
 /// The script's fixed ARGV, by the names its header gives them, in order;
 /// the operations' own arguments follow.
-pub(crate) const ARGV: [&str; 11] = [
+pub(crate) const ARGV: [&str; 12] = [
     "kind",
     "max_attempts",
     "backoff_ms",
@@ -19,6 +22,7 @@ pub(crate) const ARGV: [&str; 11] = [
     "dead_max",
     "owner",
     "epoch",
+    "dead_ttl_ms",
     "ops",
 ];
 
@@ -87,6 +91,7 @@ impl SettleRequest<'_> {
             t.dead_max.as_bytes(),
             owner.as_bytes(),
             epoch.as_bytes(),
+            t.dead_ttl.as_bytes(),
             &letters,
         ];
         let mut args: Vec<&[u8]> = fixed.to_vec();
@@ -108,6 +113,15 @@ impl SettleRequest<'_> {
             super::call(ScriptId::Settle, self.keys, &args),
         )
     }
+}
+
+/// Each operation's outcome in a settle reply `{ now, code per op... }`,
+/// in order (`codes::settled` decodes one; a missing code reads as stale).
+pub(crate) fn outcomes(reply: Value, ops: usize) -> Vec<Result<Settled>> {
+    let codes = items(reply);
+    (0..ops)
+        .map(|i| super::codes::settled(int_at(&codes, i + 1)))
+        .collect()
 }
 
 #[cfg(test)]

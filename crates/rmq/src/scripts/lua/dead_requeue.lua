@@ -2,11 +2,11 @@
 -- Includes: layout records notify
 --
 -- KEYS: the ten slot keys (see layout.lua).
--- ARGV[1] kind ('p' | 'f' | 'r')   ARGV[2] wake-up channel   ARGV[3] slot number
--- ARGV[4] '1' for all dead letters (up to the limit), '0' for the one merge key in ARGV[6]
+-- ARGV[1] kind ('p' | 'f' | 'r')   ARGV[2] channel: for wake-up notices   ARGV[3] slot: its number
+-- ARGV[4] all: '1' for all dead letters (up to the limit), '0' for the one merge key in ARGV[6]
 -- ARGV[5] limit
--- ARGV[6] merge key (when ARGV[4] is '0')
--- ARGV[7] all: only letters that died at or before this time (ms; '' = now). A caller
+-- ARGV[6] key: the merge key (when ARGV[4] is '0')
+-- ARGV[7] before_ms: all: only letters that died at or before this time (ms; '' = now). A caller
 --         that requeues a slot in several calls passes the first call's time, so that a
 --         message requeued and dead again meanwhile is not requeued twice. (Within one
 --         call nothing can die again: a slot with up to `limit` letters is done at once.)
@@ -51,10 +51,12 @@ for _, key in ipairs(keys) do
     local waiting = redis.call('ZSCORE', K.q, key) or redis.call('ZSCORE', K.r, key)
     if held and not waiting then
       -- in flight: wait behind it
-      if redis.call('HEXISTS', K.n, key) == 1 then
+      local parked = redis.call('HGET', K.n, key)
+      if parked and parked_parse(parked) then
         merged = merged + 1
       else
-        redis.call('HSET', K.n, key, parked_make(s, p))
+        local mark = parked and CANCELLED or ''
+        redis.call('HSET', K.n, key, mark .. parked_make(s, p))
         requeued = requeued + 1
       end
     elseif held then

@@ -1,7 +1,7 @@
 -- define_topic.lua: stores a topic definition once; later definitions must match.
 --
--- KEYS[1] the prefix's topic index (HASH: topic name -> definition JSON)
--- ARGV[1] topic name   ARGV[2] definition JSON (canonical: produced by one serializer)
+-- KEYS[1] index: the prefix's topics (HASH: topic name -> definition JSON)
+-- ARGV[1] name: the topic's   ARGV[2] definition: JSON (canonical: produced by one serializer)
 -- Returns: { 0, definition } created | { 1, definition } already defined the same way
 --          | { 2, existing definition } defined differently (nothing written)
 

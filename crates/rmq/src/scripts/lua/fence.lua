@@ -4,15 +4,18 @@
 -- Also returns whether any live lease is held (parallel consumers skip such slots).
 -- Returns: whether the caller may go on (a serial caller must hold the live
 -- lease at its epoch; a parallel caller always may), whether a serial owner
--- holds the slot now, and until when (ms).
+-- holds the slot now, until when (ms), and whether the slot is paused (the
+-- lease hash also holds the topic's pause flag, `paused`, see pause.lua:
+-- one read answers both).
 local function lease_check(owner, epoch, now)
-  local l = redis.call('HMGET', K.l, 'owner', 'epoch', 'until')
+  local l = redis.call('HMGET', K.l, 'owner', 'epoch', 'until', 'paused')
   local till = tonumber(l[3] or '0') or 0
   local live = l[1] ~= false and l[1] ~= '' and till > now
+  local paused = l[4] ~= false
   if owner == '' then
-    return true, live, till
+    return true, live, till, paused
   end
-  return live and l[1] == owner and l[2] == epoch, live, till
+  return live and l[1] == owner and l[2] == epoch, live, till, paused
 end
 
 local function fenced_reply(slot, epoch)

@@ -3,7 +3,7 @@
 
 -- Counters are summed in a table and written once per script call.
 local function counters()
-  return { sent = 0, merged = 0, delivered = 0, acked = 0, retried = 0, dead = 0, dropped = 0 }
+  return { sent = 0, merged = 0, delivered = 0, acked = 0, retried = 0, dead = 0, dropped = 0, cancelled = 0 }
 end
 
 local function flush_counters(c)
@@ -15,18 +15,47 @@ local function flush_counters(c)
 end
 
 -- Moves a duplicate that waited behind an in-flight delivery into the
--- pending set. The caller has already removed the in-flight entry.
+-- pending set (a cancel mark is only removed). The caller has already
+-- removed the in-flight entry.
 local function release_parked(key, parked)
-  local s, p = parked_parse(parked)
   redis.call('HDEL', K.n, key)
+  local s, p = parked_parse(parked)
+  if not s then
+    return
+  end
   redis.call('HDEL', K.a, key)
   redis.call('HSET', K.d, key, p)
   redis.call('ZADD', K.q, fmt(s), key)
 end
 
+-- Ends an in-flight message that was cancelled (its entry in f already
+-- removed): nothing of it stays; a duplicate parked behind it moves in.
+local function end_cancelled(key, parked, c)
+  redis.call('HDEL', K.d, key)
+  redis.call('HDEL', K.a, key)
+  release_parked(key, parked)
+  c.cancelled = c.cancelled + 1
+end
+
+-- Drops dead letters that died before now - ttl (at most 100 per call;
+-- the next call of the slot goes on), counted as dropped. (ttl 0: none.)
+local function trim_dead(ttl, now, c)
+  if not ttl or ttl <= 0 then
+    return
+  end
+  local old = redis.call('ZRANGEBYSCORE', K.x, '-inf', now - ttl, 'LIMIT', 0, 100)
+  if #old > 0 then
+    redis.call('ZREM', K.x, unpack(old))
+    redis.call('HDEL', K.X, unpack(old))
+    c.dropped = c.dropped + #old
+  end
+end
+
 -- Moves an in-flight message to the dead letters (merging with an older
 -- dead letter of the same key, whose death count it keeps).
-local function to_dead(key, a, s, payload, err, now, dead_max, c)
+local function to_dead(key, a, s, payload, err, now, cfg, c)
+  local dead_max = cfg.dead_max
+  trim_dead(cfg.dead_ttl, now, c)
   local old = redis.call('HGET', K.X, key)
   local deaths = 1
   if old then
@@ -62,7 +91,7 @@ end
 -- Ends an in-flight delivery (its id, current) as a failure: dead letter
 -- after the last attempt, else a retry that keeps the kind's ordering after
 -- a backoff. A duplicate parked behind it supersedes it (the newer payload
--- wins). Returns 'dead', 'superseded' or 'retry'.
+-- wins); a cancelled one ends. Returns 'dead', 'superseded', 'cancelled' or 'retry'.
 local function fail(kind, id, err, delay, now, cfg, c, jitter)
   local _, a, s, key = flight_parse(id)
   redis.call('ZREM', K.f, id)
@@ -76,6 +105,10 @@ local function fail(kind, id, err, delay, now, cfg, c, jitter)
   end
   local p = redis.call('HGET', K.d, key)
   local parked = redis.call('HGET', K.n, key)
+  if parked and parked_cancelled(parked) then
+    end_cancelled(key, parked, c)
+    return 'cancelled'
+  end
   if delay ~= delay or delay > MAX_TIME - now then
     delay = MAX_TIME - now
   end
@@ -94,7 +127,7 @@ local function fail(kind, id, err, delay, now, cfg, c, jitter)
     return 'superseded'
   end
   if a >= cfg.max_attempts then
-    to_dead(key, a, s, p, err, now, cfg.dead_max, c)
+    to_dead(key, a, s, p, err, now, cfg, c)
     if parked then
       release_parked(key, parked)
     end
@@ -111,7 +144,7 @@ local function fail(kind, id, err, delay, now, cfg, c, jitter)
     delay = backoff(a, cfg.backoff_ms, cfg.backoff_max_ms, jitter)
   end
   if kind == 'p' then
-    redis.call('HSET', K.a, key, meta_make(a, s))
+    redis.call('HSET', K.a, key, meta_make(a, s, err))
     if delay > 0 then
       redis.call('ZADD', K.r, fmt(now + delay), key)
       c.retry_at = math.min(c.retry_at or (now + delay), now + delay)
@@ -120,7 +153,7 @@ local function fail(kind, id, err, delay, now, cfg, c, jitter)
     end
   else
     local ns = now + delay
-    redis.call('HSET', K.a, key, meta_make(a, ns))
+    redis.call('HSET', K.a, key, meta_make(a, ns, err))
     redis.call('ZADD', K.q, fmt(ns), key)
   end
   return 'retry'

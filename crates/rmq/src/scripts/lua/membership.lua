@@ -1,9 +1,10 @@
 -- membership.lua: a consumer group's live members (serial mode).
 --
--- KEYS[1] the group (HASH: member id -> heartbeat deadline ms)
--- ARGV[1] member id   ARGV[2] 'beat' | 'leave'   ARGV[3] timeout ms
+-- KEYS[1] group: its members (HASH: member id -> heartbeat deadline ms)
+-- ARGV[1] member: its id   ARGV[2] op: 'beat' | 'leave' | 'drop'   ARGV[3] timeout_ms
 -- Forgets members whose deadline passed, records (or removes) the caller,
--- and returns { now, live member ids... }.
+-- and returns { now, live member ids... }. 'drop' deletes the whole group
+-- (its topic is being deleted) and returns { now }.
 
 local t = redis.call('TYPE', KEYS[1])['ok']
 if t ~= 'none' and t ~= 'hash' then
@@ -11,6 +12,10 @@ if t ~= 'none' and t ~= 'hash' then
 end
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+if ARGV[2] == 'drop' then
+  redis.call('UNLINK', KEYS[1])
+  return { now }
+end
 local all = redis.call('HGETALL', KEYS[1])
 local res = { now }
 for i = 1, #all, 2 do

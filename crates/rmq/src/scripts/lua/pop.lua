@@ -9,9 +9,11 @@
 -- ARGV[5] backoff_ms: first retry delay     ARGV[6] backoff_max_ms     ARGV[7] jitter: in [0,1)
 -- ARGV[8] channel: for wake-up notices      ARGV[9] slot: its number   ARGV[10] dead_max: dead letters kept per slot (0 = all)
 -- ARGV[11] owner: serial mode's lease owner ('' in parallel mode)   ARGV[12] epoch: its fencing token
+-- ARGV[13] dead_ttl_ms: dead letters older than this are dropped, 100 per call at most (0 = kept)
 -- Serial mode takes one message, and only when nothing of the slot is in
 -- flight; a caller whose lease is not current is refused (RMQ_FENCED,
 -- nothing written). Parallel mode takes nothing from a slot a serial owner holds.
+-- Nothing is taken from a paused slot (pause.lua); it reports no head and no retry.
 -- Before taking, it rolls back expired leases (as failed attempts) and moves
 -- priority retries whose backoff is over back to the pending set.
 -- Returns: { now, head score or false, next retry ms or false, next lease deadline or false,
@@ -21,8 +23,8 @@
 --   serial owner leases the slot, and then "next retry" is false and "next lease
 --   deadline" is the earlier of the slot lease's end and the first in-flight deadline,
 --   so the caller sleeps until then (or a notice) instead of asking again at once.
---   A look (count 0) reports the slot as it is: serial consumers look at their own
---   leased slots that way.
+--   A look (count 0) reports the slot as it is (but for a paused slot: no head, no
+--   retry): serial consumers look at their own leased slots that way.
 -- A delivery id is "<token>,<attempt>,<score>|<key>" (see records.lua); settle
 -- takes it back to name the delivery.
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
@@ -37,6 +39,7 @@ local cfg = {
   backoff_ms = tonumber(ARGV[5]),
   backoff_max_ms = tonumber(ARGV[6]),
   dead_max = tonumber(ARGV[10]),
+  dead_ttl = tonumber(ARGV[13]) or 0,
 }
 local jitter = tonumber(ARGV[7])
 local channel = ARGV[8]
@@ -44,12 +47,12 @@ local slot = ARGV[9]
 local now = now_ms()
 
 local owner, epoch = ARGV[11] or '', ARGV[12] or ''
-local fence_ok, leased, leased_until = lease_check(owner, epoch, now)
+local fence_ok, leased, leased_until, paused = lease_check(owner, epoch, now)
 if not fence_ok then
   return fenced_reply(slot, epoch)
 end
 local blocked = false
-if owner == '' and leased then
+if (owner == '' and leased) or paused then
   count = 0
   blocked = true
 end
@@ -68,9 +71,13 @@ local has_meta = redis.call('HLEN', K.a) > 0
 -- check: taking writes q, f, a, m and reads d; rolling back and retrying
 -- touch every key.
 local bad = check_all_or(#expired > 0 or #ready > 0, 'd', 'm')
+if not bad and cfg.dead_ttl > 0 then
+  bad = check_keys('x', 'X')
+end
 if bad then
   return bad
 end
+trim_dead(cfg.dead_ttl, now, c)
 for i, id in ipairs(expired) do
   fail(kind, id, 'lease expired', -1, now, cfg, c, (jitter + i * 0.6180339887) % 1)
 end
@@ -174,7 +181,11 @@ end
 
 local _, qs = head(kind)
 local retry_at, flight_at = first_score(K.r), first_score(K.f)
-if owner == '' and leased and wanted > 0 then
+if paused then
+  -- Nothing to take until a resume, which sends a notice; expired leases
+  -- are still rolled back (the first in-flight deadline is reported).
+  qs, retry_at = nil, false
+elseif owner == '' and leased and wanted > 0 then
   -- A serial owner's slot: nothing to take here before its lease ends.
   qs, retry_at = nil, false
   if not flight_at or leased_until < flight_at then

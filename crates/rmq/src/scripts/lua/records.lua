@@ -2,7 +2,11 @@
 -- attempts and score of a message waiting again (a), delivery ids (f),
 -- parked duplicates (n), dead-letter records (X), priority scores.
 
-local function meta_make(attempts, score)
+-- "<attempts>,<score>", then "|<error>" when it waits after a failed attempt.
+local function meta_make(attempts, score, err)
+  if err then
+    return attempts .. ',' .. fmt(score) .. '|' .. err
+  end
   return attempts .. ',' .. fmt(score)
 end
 
@@ -10,6 +14,26 @@ end
 local function meta_parse(v)
   local a, s = string.match(v, '^(%d+),(%-?%d+)')
   return tonumber(a), tonumber(s)
+end
+
+-- The error of the failed attempt a message waits after, or nil.
+local function meta_error(v)
+  local at = string.find(v, '|', 1, true)
+  if at then
+    return string.sub(v, at + 1)
+  end
+  return nil
+end
+
+-- A cancelled in-flight message is marked in `n` by an 'x' before the
+-- parked record: 'x' alone (nothing parked) or 'x<score>|<payload>' (a
+-- message of the key sent after the cancel waits behind it). Its delivery
+-- then ends with a nack, a dead letter, a release or a lease expiry
+-- instead of a retry; a duplicate parked behind it moves in as usual.
+local CANCELLED = 'x'
+
+local function parked_cancelled(v)
+  return string.byte(v, 1) == 120 -- 'x'
 end
 
 -- A delivery id (the in-flight member): score is kept as the string it was
@@ -43,9 +67,13 @@ local function parked_make(score, payload)
   return fmt(score) .. '|' .. payload
 end
 
--- Returns score, payload.
+-- Returns score, payload of the parked duplicate (nil when only a cancel
+-- mark is there).
 local function parked_parse(v)
-  local s, p = string.match(v, '^(%-?%d+)|()')
+  local s, p = string.match(v, '^x?(%-?%d+)|()')
+  if not s then
+    return nil
+  end
   return tonumber(s), string.sub(v, p)
 end
 

@@ -3,14 +3,15 @@
 --
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind: 'p' priority | 'f' fixed-time | 'r' range-merge
--- ARGV[2] max payload bytes
--- ARGV[3] past tolerance ms (fixed-time: a due time older than now - tolerance is refused)
--- ARGV[4] wake-up channel
--- ARGV[5] slot number
+-- ARGV[2] max_payload: bytes a payload may have at most
+-- ARGV[3] tolerance_ms: fixed-time: a due time older than now - tolerance is refused
+-- ARGV[4] channel: for wake-up notices
+-- ARGV[5] slot: its number
 -- ARGV[6..] triples: merge key, spec, payload. spec is the priority ('p'),
 --           the due time in unix ms or '+<delay ms>' ('f'), or the range in ms ('r').
 -- Returns: { server now ms, code per message... } with codes
 --    1 new   2 merged into a pending message   3 new, waiting behind the same key in flight
+--          (also when that delivery was cancelled: the new message waits behind it all the same)
 --    4 merged into the message waiting behind the same key in flight
 --   -1 due time in the past   -2 payload too large   -3 invalid spec
 -- Refused messages write nothing; the others are written in order.
@@ -170,6 +171,7 @@ for i = 1, n do
     if st.where == 'f' then
       if st.parked == nil then
         local parked = redis.call('HGET', K.n, key)
+        st.mark = parked and parked_cancelled(parked) and CANCELLED or ''
         st.parked = parked and parked_parse(parked) or false
       end
       if st.parked then
@@ -180,7 +182,7 @@ for i = 1, n do
         st.parked = new_score(v)
         codes[i] = 3
       end
-      put(nset, npos, key, parked_make(st.parked, payload))
+      put(nset, npos, key, st.mark .. parked_make(st.parked, payload))
     elseif st.where == 'q' then
       local ns = merged_score(st.score, v)
       if ns ~= st.score then
@@ -195,7 +197,7 @@ for i = 1, n do
       local meta = redis.call('HGET', K.a, key)
       if meta then
         local a, s = meta_parse(meta)
-        redis.call('HSET', K.a, key, meta_make(a, merged_score(s, v)))
+        redis.call('HSET', K.a, key, meta_make(a, merged_score(s, v), meta_error(meta)))
       end
       put(dset, dpos, key, payload)
       codes[i] = 2

@@ -6,7 +6,8 @@
 -- ARGV[2] max_attempts   ARGV[3] backoff_ms: first retry delay   ARGV[4] backoff_max_ms   ARGV[5] jitter: in [0,1)
 -- ARGV[6] channel: for wake-up notices   ARGV[7] slot: its number   ARGV[8] dead_max: dead letters kept per slot (0 = all)
 -- ARGV[9] owner: serial mode's lease owner ('' in parallel mode)   ARGV[10] epoch: its fencing token
--- ARGV[11] ops: the operations, one letter each, in order:
+-- ARGV[11] dead_ttl_ms: dead letters older than this are dropped (0 = kept)
+-- ARGV[12] ops: the operations, one letter each, in order:
 --   'a' ack: the message is done and gone                      args: id
 --   'n' nack: failed; retry after <ms> (-1 = the topic's backoff)
 --       or dead after the last attempt                         args: id, ms, error text
@@ -14,12 +15,13 @@
 --   'e' extend: the lease now ends <ms> from now               args: id, ms
 --   'r' release: give the message back untouched (the attempt
 --       is not counted)                                        args: id
--- ARGV[12..] args: the operations' args, in the same order.
+-- ARGV[13..] args: the operations' args, in the same order.
 -- A delivery is named by the id pop returned; an id that is not in flight
 -- (lease expired and rolled back, or taken again) is refused.
 -- Acks of ids that appear once take a fast path: a few calls for the whole batch.
 -- Returns: { now, code per group... } with codes
 --    1 done   2 dead   3 superseded by a duplicate that arrived in flight
+--    4 cancelled: the message was cancelled in flight and ends here (not retried, not kept)
 --   -1 stale: not the current delivery (nothing changed)
 --   -2 fenced: serial mode and the caller's lease is not current (nothing changed)
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
@@ -30,17 +32,18 @@ local cfg = {
   backoff_ms = tonumber(ARGV[3]),
   backoff_max_ms = tonumber(ARGV[4]),
   dead_max = tonumber(ARGV[8]),
+  dead_ttl = tonumber(ARGV[11]) or 0,
 }
 local jitter = tonumber(ARGV[5])
 local channel = ARGV[6]
 local slot = ARGV[7]
-local ops = ARGV[11] or ''
+local ops = ARGV[12] or ''
 local now = now_ms()
 
 -- Decode the operations and check their arguments before any write.
 local n = #ops
 local op_of, id_of, num_of, err_of = {}, {}, {}, {}
-local at = 12
+local at = 13
 for i = 1, n do
   local op = string.sub(ops, i, i)
   op_of[i] = op
@@ -102,6 +105,10 @@ else
 end
 if bad then
   return bad
+end
+if not only_fast_acks then
+  -- every key was checked: dead letters past their time go
+  trim_dead(cfg.dead_ttl, now, c)
 end
 
 -- Ends a current delivery of key: a duplicate parked behind it moves in.
@@ -171,9 +178,15 @@ for i = 1, n do
           num = MAX_TIME - now
         end
         redis.call('ZADD', K.f, 'XX', fmt(now + math.max(num, 1)), id)
+      elseif parked_cancelled(redis.call('HGET', K.n, key) or '') then
+        -- cancelled in flight: a nack, a dead letter or a release ends it
+        redis.call('ZREM', K.f, id)
+        end_cancelled(key, redis.call('HGET', K.n, key), c)
+        code = 4
+        requeued = true
       elseif op == 'd' then
         redis.call('ZREM', K.f, id)
-        to_dead(key, a, s, redis.call('HGET', K.d, key) or '', err_of[i], now, cfg.dead_max, c)
+        to_dead(key, a, s, redis.call('HGET', K.d, key) or '', err_of[i], now, cfg, c)
         code = 2
         release_parked_of(key)
       elseif op == 'r' then
@@ -197,6 +210,8 @@ for i = 1, n do
           code = 2
         elseif r == 'superseded' then
           code = 3
+        elseif r == 'cancelled' then
+          code = 4
         end
         requeued = true
       end

@@ -1,6 +1,7 @@
-//! Topics: a name, one kind, a power-of-two slot count and the settings of
-//! consumption. The definition is stored in Redis (the prefix's topic index)
-//! so every process agrees on it; a second definition must be identical.
+//! A topic's definition: a name, one kind, a power-of-two slot count and
+//! the settings of consumption, each checked by `validate`. The definition
+//! is stored in Redis (the prefix's topic index) so every process agrees
+//! on it; a second definition must be identical.
 
 use std::time::Duration;
 
@@ -104,6 +105,17 @@ pub struct TopicSpec {
     pub past_tolerance_ms: u64,
     /// Dead letters kept per slot; the oldest go first beyond it (0 = all).
     pub dead_letters_per_slot: u64,
+    /// Dead letters older than this are dropped (ms; 0 = kept until the
+    /// count limit). Trimmed by the scripts that touch the slot (a pop, a
+    /// settle, a new dead letter): no sweeper process. Left out of the
+    /// stored definition when 0, so definitions written before it existed
+    /// still match.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dead_letter_ttl_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl TopicSpec {
@@ -124,6 +136,7 @@ impl TopicSpec {
             max_payload_bytes: 1 << 20,
             past_tolerance_ms: 1_000,
             dead_letters_per_slot: 10_000,
+            dead_letter_ttl_ms: 0,
         }
     }
 
@@ -161,6 +174,12 @@ impl TopicSpec {
     /// Keeps at most `n` dead letters per slot (0 keeps all).
     pub fn dead_letters_per_slot(mut self, n: u64) -> Self {
         self.dead_letters_per_slot = n;
+        self
+    }
+    /// Drops dead letters older than `ttl` (zero keeps them, up to the
+    /// count limit).
+    pub fn dead_letter_ttl(mut self, ttl: Duration) -> Self {
+        self.dead_letter_ttl_ms = duration_ms(ttl);
         self
     }
 
@@ -296,122 +315,5 @@ mod tests {
         let back: TopicSpec = serde_json::from_str(&spec.to_json()).unwrap();
         assert_eq!(back, spec);
         assert!(spec.to_json().contains("\"range-merge\""));
-    }
-}
-
-/// A defined topic: send to it, consume from it, inspect it. Cheap to clone.
-#[derive(Clone, Debug)]
-pub struct Topic {
-    pub(crate) ctx: std::sync::Arc<crate::context::Context>,
-    pub(crate) spec: std::sync::Arc<TopicSpec>,
-    pub(crate) channel: std::sync::Arc<str>,
-    pub(crate) args: std::sync::Arc<crate::scripts::TopicArgs>,
-    /// Durable sends: WAIT for this many replicas after each send.
-    pub(crate) durability: Option<crate::conn::WaitFor>,
-}
-
-impl Topic {
-    pub(crate) fn new(ctx: std::sync::Arc<crate::context::Context>, spec: TopicSpec) -> Topic {
-        let channel = crate::keys::wake_channel(&ctx.prefix, &spec.name).into();
-        let args = std::sync::Arc::new(crate::scripts::TopicArgs {
-            kind: spec.kind.code(),
-            lease: spec.lease_ms.to_string(),
-            max_attempts: spec.max_attempts.to_string(),
-            backoff: spec.backoff_ms.to_string(),
-            backoff_max: spec.backoff_max_ms.to_string(),
-            dead_max: spec.dead_letters_per_slot.to_string(),
-        });
-        Topic {
-            ctx,
-            spec: std::sync::Arc::new(spec),
-            channel,
-            args,
-            durability: None,
-        }
-    }
-
-    /// A handle on the same topic whose sends are durable: each send
-    /// returns only after `replicas` replicas acknowledged its write (Redis
-    /// `WAIT` on the connection that wrote it), or fails with
-    /// [`ErrorKind::NotReplicated`](crate::ErrorKind::NotReplicated) when
-    /// fewer did within `timeout` (at most 60 s; the write stays on the
-    /// master; sending again is safe, it merges). Durable sends use a
-    /// connection of their own, since `WAIT` holds the connection it runs
-    /// on: consumers are never held up by a slow replica. On Redis 7.2+
-    /// with the AOF on, `WAITAOF 1 n` is used instead: the write is also
-    /// fsynced on the master and on the replicas that count. Redis replication stays asynchronous: a
-    /// durable send survives the failover of its master to a replica that
-    /// acknowledged it; a plain send may be lost by a failover.
-    pub fn durable(&self, replicas: u32, timeout: std::time::Duration) -> Topic {
-        let mut t = self.clone();
-        t.durability = Some(crate::conn::WaitFor {
-            aof: self.ctx.redis.waitaof,
-            replicas,
-            timeout_ms: u64::try_from(timeout.min(crate::conn::MAX_WAIT).as_millis())
-                .unwrap_or(60_000)
-                .max(1),
-        });
-        t
-    }
-
-    /// The definition.
-    pub fn spec(&self) -> &TopicSpec {
-        &self.spec
-    }
-
-    /// The name.
-    pub fn name(&self) -> &str {
-        &self.spec.name
-    }
-
-    /// The kind.
-    pub fn kind(&self) -> TopicKind {
-        self.spec.kind
-    }
-
-    /// The slot a message with this slot basis goes to.
-    pub fn slot_of(&self, basis: &[u8]) -> u32 {
-        crate::slot::slot_of(basis, self.spec.slots)
-    }
-
-    /// The Redis keys that hold slot `slot` (all under one hash tag), for
-    /// operators: `MEMORY USAGE`, ACL checks, finding a slot's node.
-    pub fn keys_of_slot(&self, slot: u32) -> Vec<String> {
-        self.slot_keys(slot).into()
-    }
-
-    pub(crate) fn slot_keys(&self, slot: u32) -> [String; 10] {
-        crate::keys::slot_keys(&self.ctx.prefix, &self.spec.name, slot, self.spec.slots)
-    }
-
-    /// The channel on which scripts working on `slot` announce a new head:
-    /// the topic's one channel on a single node, the sharded channel of the
-    /// slot's hash tag on a cluster.
-    pub(crate) fn channel_for(&self, slot: u32) -> std::borrow::Cow<'_, str> {
-        if self.ctx.is_cluster() {
-            let tag = crate::keys::slot_tag(&self.spec.name, slot, self.spec.slots);
-            crate::keys::sharded_wake_channel(&self.ctx.prefix, &self.spec.name, tag).into()
-        } else {
-            std::borrow::Cow::Borrowed(&self.channel)
-        }
-    }
-
-    /// Every distinct channel of the topic (see [`channel_for`](Self::channel_for)).
-    pub(crate) fn channels(&self) -> Vec<String> {
-        let mut all: Vec<String> = (0..self.spec.slots)
-            .map(|s| self.channel_for(s).into_owned())
-            .collect();
-        all.sort_unstable();
-        all.dedup();
-        all
-    }
-
-    pub(crate) fn redis(&self) -> &crate::conn::Redis {
-        &self.ctx.redis
-    }
-
-    /// The key prefix (namespace).
-    pub(crate) fn prefix(&self) -> &str {
-        &self.ctx.prefix
     }
 }

@@ -1,0 +1,301 @@
+//! The admin scripts' calls and replies, typed: `stats.lua`, `peek.lua`,
+//! `dead_list.lua`, `dead_requeue.lua` and `dead_purge.lua`, each on one
+//! slot. Off the hot path; `crate::admin` runs them over a topic's slots.
+
+use redis::{Cmd, Value};
+
+use super::ScriptId;
+use crate::value::{as_int, bytes_at, int_at, items};
+
+/// `stats.lua`'s ARGV.
+pub(crate) const STATS_ARGV: [&str; 1] = ["kind"];
+/// `peek.lua`'s ARGV.
+pub(crate) const PEEK_ARGV: [&str; 2] = ["kind", "limit"];
+/// `dead_list.lua`'s ARGV.
+pub(crate) const DEAD_LIST_ARGV: [&str; 1] = ["limit"];
+/// `dead_requeue.lua`'s ARGV.
+pub(crate) const DEAD_REQUEUE_ARGV: [&str; 7] = [
+    "kind",
+    "channel",
+    "slot",
+    "all",
+    "limit",
+    "key",
+    "before_ms",
+];
+/// `dead_purge.lua`'s ARGV.
+pub(crate) const DEAD_PURGE_ARGV: [&str; 4] = ["all", "limit", "key", "older_than_ms"];
+
+/// A slot's depth per state and its counters (stats.lua).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct SlotStats {
+    pub(crate) now: i64,
+    pub(crate) pending: u64,
+    pub(crate) due_now: u64,
+    pub(crate) retry_waiting: u64,
+    pub(crate) in_flight: u64,
+    pub(crate) behind_in_flight: u64,
+    pub(crate) dead: u64,
+    pub(crate) paused: bool,
+    /// (counter name, value), as the slot's counter hash holds them.
+    pub(crate) counters: Vec<(Vec<u8>, u64)>,
+}
+
+/// stats.lua on one slot.
+pub(crate) fn stats(keys: &[String], kind: &str) -> (ScriptId, Cmd) {
+    let args: [&[u8]; STATS_ARGV.len()] = [kind.as_bytes()];
+    (ScriptId::Stats, super::call(ScriptId::Stats, keys, &args))
+}
+
+fn count(a: &[Value], i: usize) -> u64 {
+    int_at(a, i)
+        .and_then(|n| u64::try_from(n).ok())
+        .unwrap_or(0)
+}
+
+impl SlotStats {
+    pub(crate) fn parse(reply: Value) -> SlotStats {
+        let a = items(reply);
+        let counters = a
+            .get(8..)
+            .unwrap_or_default()
+            .chunks_exact(2)
+            .map(|p| {
+                let value = as_int(&p[1]).and_then(|n| u64::try_from(n).ok());
+                (bytes_at(p, 0).unwrap_or_default(), value.unwrap_or(0))
+            })
+            .collect();
+        SlotStats {
+            now: int_at(&a, 0).unwrap_or(0),
+            pending: count(&a, 1),
+            due_now: count(&a, 2),
+            retry_waiting: count(&a, 3),
+            in_flight: count(&a, 4),
+            behind_in_flight: count(&a, 5),
+            dead: count(&a, 6),
+            paused: count(&a, 7) == 1,
+            counters,
+        }
+    }
+}
+
+/// A pending message as peek.lua reports it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Peeked {
+    pub(crate) key: Vec<u8>,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) attempts: u32,
+    /// Its place in the pending set (priority and FIFO part, or due time).
+    pub(crate) score: i64,
+}
+
+/// peek.lua on one slot: its next `limit` pending messages.
+pub(crate) fn peek(keys: &[String], kind: &str, limit: &str) -> (ScriptId, Cmd) {
+    let args: [&[u8]; PEEK_ARGV.len()] = [kind.as_bytes(), limit.as_bytes()];
+    (ScriptId::Peek, super::call(ScriptId::Peek, keys, &args))
+}
+
+impl Peeked {
+    /// peek.lua's reply: `{ now, then per message: key, payload, attempts, score }`.
+    pub(crate) fn parse(reply: Value) -> Vec<Peeked> {
+        let a = items(reply);
+        a.get(1..)
+            .unwrap_or_default()
+            .chunks_exact(4)
+            .map(|m| Peeked {
+                key: bytes_at(m, 0).unwrap_or_default(),
+                payload: bytes_at(m, 1).unwrap_or_default(),
+                attempts: int_at(m, 2)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .unwrap_or(0),
+                score: int_at(m, 3).unwrap_or(0),
+            })
+            .collect()
+    }
+}
+
+/// A dead letter as dead_list.lua reports it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Dead {
+    pub(crate) key: Vec<u8>,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) attempts: u32,
+    pub(crate) dead_at_ms: i64,
+    pub(crate) deaths: u32,
+    pub(crate) error: String,
+}
+
+/// dead_list.lua on one slot: up to `limit` dead letters, oldest death first.
+pub(crate) fn dead_list(keys: &[String], limit: &str) -> (ScriptId, Cmd) {
+    let args: [&[u8]; DEAD_LIST_ARGV.len()] = [limit.as_bytes()];
+    (
+        ScriptId::DeadList,
+        super::call(ScriptId::DeadList, keys, &args),
+    )
+}
+
+impl Dead {
+    /// dead_list.lua's reply: per letter `key, payload, attempts, score,
+    /// dead ms, deaths, error`.
+    pub(crate) fn parse(reply: Value) -> Vec<Dead> {
+        items(reply)
+            .chunks_exact(7)
+            .map(|d| Dead {
+                key: bytes_at(d, 0).unwrap_or_default(),
+                payload: bytes_at(d, 1).unwrap_or_default(),
+                attempts: int_at(d, 2)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .unwrap_or(0),
+                dead_at_ms: int_at(d, 4).unwrap_or(0),
+                deaths: int_at(d, 5)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .unwrap_or(1),
+                error: String::from_utf8_lossy(&bytes_at(d, 6).unwrap_or_default()).into_owned(),
+            })
+            .collect()
+    }
+}
+
+/// Which dead letters of a slot a requeue or purge call takes.
+pub(crate) enum Which<'a> {
+    /// The one of this merge key.
+    Key(&'a [u8]),
+    /// Up to `limit` of them.
+    All { limit: &'a str },
+    /// Up to `limit` of those that died more than `ms` ago (server clock).
+    OlderThan { limit: &'a str, ms: &'a str },
+}
+
+/// One call of dead_requeue.lua on one slot.
+pub(crate) struct RequeueRequest<'a> {
+    pub(crate) keys: &'a [String],
+    pub(crate) kind: &'a str,
+    pub(crate) channel: &'a str,
+    pub(crate) slot: &'a str,
+    pub(crate) which: Which<'a>,
+    /// All: only letters dead at or before this time (ms; '' = now).
+    pub(crate) before_ms: &'a str,
+}
+
+/// What a requeue call did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Requeued {
+    pub(crate) requeued: u64,
+    pub(crate) merged: u64,
+    /// The time bound the call used (ms): the next call of the slot passes it.
+    pub(crate) before_ms: i64,
+}
+
+impl RequeueRequest<'_> {
+    pub(crate) fn call(&self) -> (ScriptId, Cmd) {
+        let (all, limit, key): (&[u8], &[u8], &[u8]) = match self.which {
+            Which::Key(key) => (b"0", b"1", key),
+            Which::All { limit } | Which::OlderThan { limit, .. } => (b"1", limit.as_bytes(), b""),
+        };
+        // In the order of `DEAD_REQUEUE_ARGV` (a test holds it to the header).
+        let args: [&[u8]; DEAD_REQUEUE_ARGV.len()] = [
+            self.kind.as_bytes(),
+            self.channel.as_bytes(),
+            self.slot.as_bytes(),
+            all,
+            limit,
+            key,
+            self.before_ms.as_bytes(),
+        ];
+        (
+            ScriptId::DeadRequeue,
+            super::call(ScriptId::DeadRequeue, self.keys, &args),
+        )
+    }
+}
+
+impl Requeued {
+    /// dead_requeue.lua's reply: `{ requeued, merged, the time bound used }`.
+    pub(crate) fn parse(reply: Value) -> Requeued {
+        let a = items(reply);
+        Requeued {
+            requeued: count(&a, 0),
+            merged: count(&a, 1),
+            before_ms: int_at(&a, 2).unwrap_or(0),
+        }
+    }
+}
+
+/// dead_purge.lua on one slot; its reply is the number deleted.
+pub(crate) fn dead_purge(keys: &[String], which: &Which<'_>) -> (ScriptId, Cmd) {
+    let (all, limit, key, age): (&[u8], &[u8], &[u8], &[u8]) = match *which {
+        Which::Key(key) => (b"0", b"1", key, b""),
+        Which::All { limit } => (b"1", limit.as_bytes(), b"", b""),
+        Which::OlderThan { limit, ms } => (b"1", limit.as_bytes(), b"", ms.as_bytes()),
+    };
+    let args: [&[u8]; DEAD_PURGE_ARGV.len()] = [all, limit, key, age];
+    (
+        ScriptId::DeadPurge,
+        super::call(ScriptId::DeadPurge, keys, &args),
+    )
+}
+
+/// dead_purge.lua's reply: how many letters it deleted.
+pub(crate) fn purged(reply: &Value) -> u64 {
+    as_int(reply)
+        .and_then(|n| u64::try_from(n).ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scripts::header_argv;
+
+    #[test]
+    fn the_admin_requests_follow_the_lua_headers() {
+        assert_eq!(header_argv(ScriptId::Stats), STATS_ARGV);
+        assert_eq!(header_argv(ScriptId::Peek), PEEK_ARGV);
+        assert_eq!(header_argv(ScriptId::DeadList), DEAD_LIST_ARGV);
+        assert_eq!(header_argv(ScriptId::DeadRequeue), DEAD_REQUEUE_ARGV);
+        assert_eq!(header_argv(ScriptId::DeadPurge), DEAD_PURGE_ARGV);
+    }
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn replies_are_read_by_the_headers_layout() {
+        let stats = Value::Array(
+            [7, 5, 3, 1, 2, 0, 4, 1]
+                .map(Value::Int)
+                .into_iter()
+                .chain([bulk("sent"), bulk("9"), bulk("acked"), Value::Int(6)])
+                .collect(),
+        );
+        let s = SlotStats::parse(stats);
+        assert_eq!(
+            (s.now, s.pending, s.due_now, s.dead, s.paused),
+            (7, 5, 3, 4, true)
+        );
+        assert_eq!(
+            s.counters,
+            vec![(b"sent".to_vec(), 9), (b"acked".to_vec(), 6)]
+        );
+        let peek = Value::Array(vec![
+            Value::Int(1),
+            bulk("k"),
+            bulk("p"),
+            Value::Int(2),
+            Value::Int(30),
+        ]);
+        assert_eq!(
+            Peeked::parse(peek),
+            vec![Peeked {
+                key: b"k".to_vec(),
+                payload: b"p".to_vec(),
+                attempts: 2,
+                score: 30
+            }]
+        );
+        // A reply of the wrong shape reads as nothing, not as a panic.
+        assert_eq!(Dead::parse(Value::Int(3)), vec![]);
+        assert_eq!(Requeued::parse(Value::Nil), Requeued::default());
+    }
+}

@@ -1,0 +1,82 @@
+//! `send.lua`'s call, typed: adds messages to one slot, merging duplicates
+//! by merge key. Its per-message codes are decoded in `codes.rs`.
+
+use redis::{Cmd, Value};
+
+use super::ScriptId;
+use crate::value::{int_at, items};
+
+/// The script's fixed ARGV, by the names its header gives them, in order;
+/// the messages' triples follow.
+pub(crate) const ARGV: [&str; 5] = ["kind", "max_payload", "tolerance_ms", "channel", "slot"];
+
+/// One message as send.lua takes it.
+pub(crate) struct Item<'a> {
+    pub(crate) merge_key: &'a [u8],
+    /// The priority, the due time (unix ms or `+<delay ms>`) or the range.
+    pub(crate) spec: &'a [u8],
+    pub(crate) payload: &'a [u8],
+}
+
+/// One call of `send.lua` on one slot.
+pub(crate) struct SendRequest<'a> {
+    /// The slot's ten keys.
+    pub(crate) keys: &'a [String],
+    /// The topic kind's code ('p', 'f' or 'r').
+    pub(crate) kind: &'a str,
+    pub(crate) max_payload: &'a str,
+    pub(crate) tolerance_ms: &'a str,
+    /// The channel for wake-up notices of this slot.
+    pub(crate) channel: &'a str,
+    pub(crate) slot: &'a str,
+    pub(crate) items: Vec<Item<'a>>,
+}
+
+impl SendRequest<'_> {
+    pub(crate) fn call(&self) -> (ScriptId, Cmd) {
+        // In the order of `ARGV` (the header's; a test holds them together).
+        let fixed: [&[u8]; ARGV.len()] = [
+            self.kind.as_bytes(),
+            self.max_payload.as_bytes(),
+            self.tolerance_ms.as_bytes(),
+            self.channel.as_bytes(),
+            self.slot.as_bytes(),
+        ];
+        let mut args: Vec<&[u8]> = Vec::with_capacity(ARGV.len() + 3 * self.items.len());
+        args.extend_from_slice(&fixed);
+        for m in &self.items {
+            args.extend_from_slice(&[m.merge_key, m.spec, m.payload]);
+        }
+        (
+            ScriptId::Send,
+            super::call(ScriptId::Send, self.keys, &args),
+        )
+    }
+}
+
+/// The code of each message of a send reply, in order (`codes::sent`
+/// decodes one); a message the reply does not cover gets -3 (invalid).
+pub(crate) fn reply_codes(reply: Value, messages: usize) -> Vec<i64> {
+    let a = items(reply);
+    (0..messages)
+        .map(|j| int_at(&a, j + 1).unwrap_or(-3))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_send_request_follows_the_lua_header() {
+        assert_eq!(crate::scripts::header_argv(ScriptId::Send), ARGV);
+        let (_, body) = ScriptId::Send.source();
+        assert!(body.contains(&format!("ARGV[{}..] triples", ARGV.len() + 1)));
+    }
+
+    #[test]
+    fn a_short_reply_marks_the_uncovered_messages_invalid() {
+        let reply = Value::Array(vec![Value::Int(5), Value::Int(1), Value::Int(2)]);
+        assert_eq!(reply_codes(reply, 3), vec![1, 2, -3]);
+    }
+}
