@@ -100,6 +100,14 @@ pub enum Command {
     Stats(cmd::stats::StatsArgs),
     /// The next messages in consumption order, without taking them
     Peek(cmd::peek::PeekArgs),
+    /// Where a message is, by merge key, and everything about it
+    Get(cmd::get::GetArgs),
+    /// Cancel messages by merge key (or, with --batch, keys from stdin)
+    Cancel(cmd::cancel::CancelArgs),
+    /// Give a waiting message a new due time or priority
+    Reschedule(cmd::reschedule::RescheduleArgs),
+    /// Serve the HTTP JSON API and Prometheus metrics
+    Serve(cmd::serve::ServeArgs),
     /// List, requeue and purge dead letters
     #[command(subcommand)]
     Dead(cmd::dead::DeadCmd),
@@ -160,7 +168,9 @@ impl From<rmq::Error> for CliError {
             | K::PayloadTooLarge
             | K::PastDue
             | K::UnknownTopic
-            | K::TopicConflict => 2,
+            | K::TopicConflict
+            | K::NotWaiting
+            | K::TopicInUse => 2,
             _ => 1,
         };
         CliError {
@@ -202,6 +212,10 @@ async fn run(cli: Cli) -> CliResult {
         Command::Consume(a) => cmd::consume::run(&g, a).await,
         Command::Stats(a) => cmd::stats::run(&g, a).await,
         Command::Peek(a) => cmd::peek::run(&g, a).await,
+        Command::Get(a) => cmd::get::run(&g, a).await,
+        Command::Cancel(a) => cmd::cancel::run(&g, a).await,
+        Command::Reschedule(a) => cmd::reschedule::run(&g, a).await,
+        Command::Serve(a) => cmd::serve::run(&g, a).await,
         Command::Dead(c) => cmd::dead::run(&g, c).await,
         Command::Demo(a) => cmd::demo::run(&g, a).await,
         Command::Acl(a) => cmd::acl::run(&g, a),

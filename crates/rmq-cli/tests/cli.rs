@@ -14,7 +14,7 @@ fn create(env: &Env, topic: &str, kind: &str, extra: &[&str]) {
     env.ok(&args);
 }
 
-const STATS_FIELDS: [&str; 14] = [
+const STATS_FIELDS: [&str; 16] = [
     "pending",
     "due_now",
     "scheduled",
@@ -29,6 +29,8 @@ const STATS_FIELDS: [&str; 14] = [
     "retried",
     "dead_lettered",
     "dead_dropped",
+    "cancelled",
+    "paused_slots",
 ];
 
 #[test]
@@ -281,7 +283,7 @@ fn consume_max_and_idle_exit_print_json() {
     assert_eq!(got.len(), 2, "{r:?}");
     assert_eq!(
         keys(&got[0]),
-        names(&["key", "payload", "slot", "attempt", "kind", "priority"])
+        names(&["key", "payload", "slot", "attempt", "kind", "priority", "taken_ms"])
     );
     assert_eq!(got[0]["key"], "high");
     assert_eq!(got[0]["attempt"], 1);
@@ -320,7 +322,7 @@ fn consume_max_and_idle_exit_print_json() {
         .json();
     assert_eq!(
         keys(&got[0]),
-        names(&["key", "payload", "slot", "attempt", "kind", "due_ms"])
+        names(&["key", "payload", "slot", "attempt", "kind", "due_ms", "taken_ms"])
     );
     assert_eq!(got[0]["kind"], "fixed-time");
 }

@@ -99,11 +99,18 @@ fn a_consumer_started_while_the_topic_registrys_master_fails_over_waits_and_cons
         .parse()
         .expect("a hash slot");
     let m = cluster.master_of_slot(slot).expect("a master serves it");
-    // Its replica has the registry before the master goes.
-    assert!(!cluster
-        .replicas_of(m, std::time::Duration::from_secs(10))
-        .is_empty());
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Its replica has the registry before the master goes: it holds as
+    // many keys as the master (a replica can be listed, and its link up,
+    // before the writes reached it on a loaded machine).
+    let replicas = cluster.replicas_of(m, std::time::Duration::from_secs(10));
+    assert!(!replicas.is_empty());
+    let in_sync = support::eventually(std::time::Duration::from_secs(10), || {
+        let want = cluster.cli(m, &["DBSIZE"]);
+        replicas
+            .iter()
+            .all(|&r| cluster.cli(r, &["DBSIZE"]) == want)
+    });
+    assert!(in_sync, "the replicas never caught up with their master");
     let seeds: Vec<String> = urls
         .iter()
         .enumerate()

@@ -32,7 +32,7 @@ pub enum DeadCmd {
 }
 
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("which").required(true).args(["key", "all"])))]
+#[command(group(ArgGroup::new("which").required(true).args(["key", "all", "older_than"])))]
 pub struct Select {
     /// Topic name
     pub topic: String,
@@ -42,13 +42,17 @@ pub struct Select {
     /// Every dead letter of the topic
     #[arg(long)]
     pub all: bool,
+    /// Purge: the dead letters that died more than MS ago (server clock)
+    #[arg(long, value_name = "MS")]
+    pub older_than: Option<u64>,
 }
 
 impl Select {
     fn which(&self) -> DeadSelection {
-        match &self.key {
-            Some(k) => DeadSelection::Key(k.clone().into_bytes()),
-            None => DeadSelection::All,
+        match (&self.key, self.older_than) {
+            (Some(k), _) => DeadSelection::Key(k.clone().into_bytes()),
+            (None, Some(ms)) => DeadSelection::OlderThan(std::time::Duration::from_millis(ms)),
+            (None, None) => DeadSelection::All,
         }
     }
 }

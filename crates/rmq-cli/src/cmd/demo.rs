@@ -384,7 +384,7 @@ async fn fixed_time(client: &Client) -> CliResult {
 
 /// The wait before the retry that follows failed attempt `failed` (1 for
 /// the first delivery), as the scripts compute it (`backoff` in
-/// `common.lua`): exponential with equal jitter, i.e. a random time between
+/// `lifecycle.lua`): exponential with equal jitter, i.e. a random time between
 /// half and all of `base_ms × 2^(failed-1)`, that doubling capped at `max_ms`.
 /// Returns the (shortest, longest) wait in ms.
 fn retry_wait_ms(base_ms: u64, max_ms: u64, failed: u32) -> (u64, u64) {

@@ -1,11 +1,15 @@
 //! One module per subcommand: its clap arguments and its `run`.
 
 pub mod acl;
+pub mod cancel;
 pub mod consume;
 pub mod dead;
 pub mod demo;
 pub mod functions;
+pub mod get;
 pub mod peek;
+pub mod reschedule;
 pub mod send;
+pub mod serve;
 pub mod stats;
 pub mod topic;

@@ -144,7 +144,7 @@ pub async fn run(g: &Global, a: SendArgs) -> CliResult {
     let (_client, topic) = connect::topic(g, &a.topic).await?;
     if a.batch {
         let input = read_stdin(false)?;
-        let items = parse_lines(&input, &a, timing, topic.spec())?;
+        let items = parse_lines(&input, &a, timing, &topic.spec())?;
         return send_batch(out, &topic, &items).await;
     }
     let payload = match a.payload {

@@ -196,7 +196,13 @@ fn print(out: Out, a: &StatsArgs, readings: &[Reading]) -> CliResult {
     let mut counters = Vec::new();
     for r in readings {
         let spec = r.topic.spec();
-        let mut rows: Vec<(String, &Stats)> = vec![(spec.name.clone(), &r.stats.total)];
+        // A paused topic says so by its name (`topic show` says how many slots).
+        let name = match r.stats.total.paused_slots {
+            0 => spec.name.clone(),
+            n if n == u64::from(spec.slots) => format!("{} (paused)", spec.name),
+            n => format!("{} ({n}/{} slots paused)", spec.name, spec.slots),
+        };
+        let mut rows: Vec<(String, &Stats)> = vec![(name, &r.stats.total)];
         if a.slots {
             rows.extend(nonempty_slots(&r.stats).map(|(i, s)| (format!("  slot {i}"), s)));
         }

@@ -1,4 +1,6 @@
-//! `rmq topic create|list|show`: topic definitions.
+//! `rmq topic create|list|show|update|delete|pause|resume`: topic
+//! definitions, their settings and end, and stopping and starting
+//! deliveries of a whole topic.
 //!
 //! `create` is idempotent: defining a topic exactly as it already is succeeds
 //! (so deploy scripts can run it every time), while a different definition
@@ -12,7 +14,7 @@ use rmq::{ErrorKind, Stats, Topic, TopicKind, TopicSpec};
 use serde::Serialize;
 
 use crate::output::{self, Out};
-use crate::{connect, CliResult, Global};
+use crate::{connect, CliError, CliResult, Global};
 
 #[derive(Debug, Subcommand)]
 pub enum TopicCmd {
@@ -25,6 +27,43 @@ pub enum TopicCmd {
         /// Topic name
         topic: String,
     },
+    /// Stop every consumer (any process) from starting new deliveries;
+    /// in-flight ones finish, sends go on
+    Pause {
+        /// Topic name
+        topic: String,
+    },
+    /// Let consumers take again (idle ones wake at once)
+    Resume {
+        /// Topic name
+        topic: String,
+    },
+    /// Change settings (running consumers follow within seconds); the kind
+    /// and slot count never change
+    Update(UpdateArgs),
+    /// Delete a topic and every message it holds (refused while it holds
+    /// messages or has consumers, unless --force)
+    Delete {
+        /// Topic name
+        topic: String,
+        /// Delete even with messages or live consumers (they stop)
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct UpdateArgs {
+    /// Topic name
+    pub topic: String,
+    #[command(flatten)]
+    pub settings: Settings,
+    /// Refused: a topic's kind never changes (create a new topic)
+    #[arg(long, value_name = "KIND", hide = true)]
+    pub kind: Option<String>,
+    /// Refused: a topic's slot count never changes (create a new topic)
+    #[arg(long, value_name = "N", hide = true)]
+    pub slots: Option<u32>,
 }
 
 /// The topic kinds, as the command line spells them.
@@ -58,6 +97,13 @@ pub struct CreateArgs {
     /// Slot count, a power of two [default: 16]
     #[arg(long, value_name = "N")]
     pub slots: Option<u32>,
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+/// The settings that may change after creation (`topic update`).
+#[derive(Debug, Args)]
+pub struct Settings {
     /// Lease of a delivery in ms [default: 30000]
     #[arg(long, value_name = "MS")]
     pub lease: Option<u64>,
@@ -73,10 +119,60 @@ pub struct CreateArgs {
     /// Largest payload in bytes [default: 1048576]
     #[arg(long, value_name = "BYTES")]
     pub max_payload: Option<u64>,
+    /// Fixed-time topics: how far in the past a due time may be and still
+    /// be accepted (as due at once), in ms [default: 1000]
+    #[arg(long, value_name = "MS")]
+    pub past_tolerance: Option<u64>,
     /// Dead letters kept per slot, the oldest dropped (and counted) beyond;
     /// 0 keeps all [default: 10000]
     #[arg(long, value_name = "N")]
     pub dead_letters_per_slot: Option<u64>,
+    /// Dead letters older than this (ms) are dropped; 0 keeps them (up to
+    /// the count) [default: 0]
+    #[arg(long, value_name = "MS")]
+    pub dead_letter_ttl: Option<u64>,
+}
+
+impl Settings {
+    /// `spec` with the settings given here.
+    pub fn apply(&self, mut spec: TopicSpec) -> TopicSpec {
+        let ms = Duration::from_millis;
+        if let Some(v) = self.lease {
+            spec = spec.lease(ms(v));
+        }
+        if let Some(n) = self.max_attempts {
+            spec = spec.max_attempts(n);
+        }
+        if self.backoff.is_some() || self.backoff_max.is_some() {
+            let first = self.backoff.unwrap_or(spec.backoff_ms);
+            let max = self.backoff_max.unwrap_or(spec.backoff_max_ms);
+            spec = spec.backoff(ms(first), ms(max));
+        }
+        if let Some(n) = self.max_payload {
+            spec = spec.max_payload_bytes(n);
+        }
+        if let Some(v) = self.past_tolerance {
+            spec = spec.past_tolerance(ms(v));
+        }
+        if let Some(n) = self.dead_letters_per_slot {
+            spec = spec.dead_letters_per_slot(n);
+        }
+        if let Some(v) = self.dead_letter_ttl {
+            spec = spec.dead_letter_ttl(ms(v));
+        }
+        spec
+    }
+
+    fn any(&self) -> bool {
+        self.lease.is_some()
+            || self.max_attempts.is_some()
+            || self.backoff.is_some()
+            || self.backoff_max.is_some()
+            || self.max_payload.is_some()
+            || self.past_tolerance.is_some()
+            || self.dead_letters_per_slot.is_some()
+            || self.dead_letter_ttl.is_some()
+    }
 }
 
 impl CreateArgs {
@@ -86,24 +182,7 @@ impl CreateArgs {
         if let Some(n) = self.slots {
             spec = spec.slots(n);
         }
-        if let Some(ms) = self.lease {
-            spec = spec.lease(Duration::from_millis(ms));
-        }
-        if let Some(n) = self.dead_letters_per_slot {
-            spec = spec.dead_letters_per_slot(n);
-        }
-        if let Some(n) = self.max_attempts {
-            spec = spec.max_attempts(n);
-        }
-        if self.backoff.is_some() || self.backoff_max.is_some() {
-            let first = self.backoff.unwrap_or(spec.backoff_ms);
-            let max = self.backoff_max.unwrap_or(spec.backoff_max_ms);
-            spec = spec.backoff(Duration::from_millis(first), Duration::from_millis(max));
-        }
-        if let Some(n) = self.max_payload {
-            spec = spec.max_payload_bytes(n);
-        }
-        spec
+        self.settings.apply(spec)
     }
 }
 
@@ -122,7 +201,103 @@ pub async fn run(g: &Global, cmd: TopicCmd) -> CliResult {
         TopicCmd::Create(a) => create(g, out, a).await,
         TopicCmd::List => list(g, out).await,
         TopicCmd::Show { topic } => show(g, out, &topic).await,
+        TopicCmd::Update(a) => update(g, out, a).await,
+        TopicCmd::Delete { topic, force } => delete(g, out, &topic, force).await,
+        TopicCmd::Pause { topic } => pause(g, out, &topic, true).await,
+        TopicCmd::Resume { topic } => pause(g, out, &topic, false).await,
     }
+}
+
+async fn update(g: &Global, out: Out, a: UpdateArgs) -> CliResult {
+    if a.kind.is_some() || a.slots.is_some() {
+        return Err(CliError::usage(format!(
+            "the kind and slot count of topic {:?} never change (they decide where every \
+             message lives): create a new topic instead; nothing was changed",
+            a.topic
+        )));
+    }
+    if !a.settings.any() {
+        return Err(CliError::usage(
+            "give at least one setting to change (see `rmq topic update --help`)",
+        ));
+    }
+    let client = connect::client(g).await?;
+    let topic = client
+        .update_topic(&a.topic, |s| a.settings.apply(s))
+        .await?;
+    let s = topic.spec();
+    out.either(&*s, || {
+        format!(
+            "updated topic {:?}: {} (running consumers follow within seconds)",
+            s.name,
+            describe(&s)
+        )
+    })
+}
+
+async fn delete(g: &Global, out: Out, name: &str, force: bool) -> CliResult {
+    let client = connect::client(g).await?;
+    let d = client.delete_topic(name, force).await?;
+    #[derive(Serialize)]
+    struct DeletedJson<'a> {
+        topic: &'a str,
+        deleted: bool,
+        messages: u64,
+        slots: u32,
+    }
+    out.either(
+        &DeletedJson {
+            topic: name,
+            deleted: true,
+            messages: d.messages,
+            slots: d.slots,
+        },
+        || {
+            format!(
+                "deleted topic {name:?} ({} slots, {} messages removed)",
+                d.slots, d.messages
+            )
+        },
+    )
+}
+
+async fn pause(g: &Global, out: Out, name: &str, pause: bool) -> CliResult {
+    let (_client, topic) = connect::topic(g, name).await?;
+    let r = if pause {
+        topic.pause().await?
+    } else {
+        topic.resume().await?
+    };
+    #[derive(Serialize)]
+    struct Paused<'a> {
+        topic: &'a str,
+        paused: bool,
+        slots: u32,
+        were_paused: u32,
+        server_ms: i64,
+    }
+    out.either(
+        &Paused {
+            topic: name,
+            paused: pause,
+            slots: r.slots,
+            were_paused: r.were_paused,
+            server_ms: r.server_ms,
+        },
+        || match (pause, r.were_paused == r.slots, r.were_paused) {
+            (true, true, _) => format!("topic {name:?} was already paused (all {} slots)", r.slots),
+            (true, false, _) => format!(
+                "paused topic {name:?} ({} slots): no consumer starts a new delivery until \
+                 `rmq topic resume {name}`; deliveries in flight finish, sends go on",
+                r.slots
+            ),
+            (false, _, 0) => format!("topic {name:?} was not paused"),
+            (false, _, _) => format!(
+                "resumed topic {name:?} ({} of {} slots were paused): consumers take again",
+                r.were_paused, r.slots
+            ),
+        },
+    )
 }
 
 async fn create(g: &Global, out: Out, a: CreateArgs) -> CliResult {
@@ -147,20 +322,30 @@ async fn create(g: &Global, out: Out, a: CreateArgs) -> CliResult {
     out.either(
         &Created {
             created: !existed,
-            spec: s,
+            spec: &s,
         },
         || {
             if existed {
                 format!(
                     "topic {:?} already exists exactly so (unchanged): {}",
                     s.name,
-                    describe(s)
+                    describe(&s)
                 )
             } else {
-                format!("created topic {:?}: {}", s.name, describe(s))
+                format!("created topic {:?}: {}", s.name, describe(&s))
             }
         },
     )
+}
+
+/// Whether the topic is paused: "no", "yes", or how many slots are (a
+/// pause or resume that was cut off half way).
+pub fn paused_text(stats: &Stats, slots: u32) -> String {
+    match stats.paused_slots {
+        0 => "no".into(),
+        n if n == u64::from(slots) => "yes (`rmq topic resume` to take again)".into(),
+        n => format!("{n} of {slots} slots (run `rmq topic pause` or `resume` again)"),
+    }
 }
 
 /// The definition on one line.
@@ -187,7 +372,7 @@ async fn list(g: &Global, out: Out) -> CliResult {
         let stats = topic.stats().await?.total;
         if out.json {
             out.json(&TopicView {
-                spec: topic.spec(),
+                spec: &topic.spec(),
                 stats,
             })?;
         } else {
@@ -234,7 +419,7 @@ async fn show(g: &Global, out: Out, name: &str) -> CliResult {
     let stats = topic.stats().await?.total;
     let s = topic.spec();
     if out.json {
-        return out.json(&TopicView { spec: s, stats });
+        return out.json(&TopicView { spec: &s, stats });
     }
     let rows: Vec<Vec<String>> = [
         ("topic", s.name.clone()),
@@ -247,6 +432,13 @@ async fn show(g: &Global, out: Out, name: &str) -> CliResult {
             format!("{} ms doubling up to {} ms", s.backoff_ms, s.backoff_max_ms),
         ),
         ("max payload", format!("{} bytes", s.max_payload_bytes)),
+        (
+            "dead letters expire",
+            match s.dead_letter_ttl_ms {
+                0 => "never (only the count limit)".into(),
+                ms => format!("after {ms} ms"),
+            },
+        ),
         ("past tolerance", format!("{} ms", s.past_tolerance_ms)),
         (
             "dead letters kept",
@@ -256,6 +448,7 @@ async fn show(g: &Global, out: Out, name: &str) -> CliResult {
                 format!("{} per slot", s.dead_letters_per_slot)
             },
         ),
+        ("paused", paused_text(&stats, s.slots)),
         ("pending", stats.pending.to_string()),
         ("  due now", stats.due_now.to_string()),
         ("  scheduled", stats.scheduled.to_string()),
@@ -269,6 +462,7 @@ async fn show(g: &Global, out: Out, name: &str) -> CliResult {
         ("acked", stats.acked.to_string()),
         ("retried", stats.retried.to_string()),
         ("dead-lettered", stats.dead_lettered.to_string()),
+        ("cancelled", stats.cancelled.to_string()),
     ]
     .into_iter()
     .map(|(k, v)| vec![format!("{k}:"), v])

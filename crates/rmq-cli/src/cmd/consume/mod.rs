@@ -22,25 +22,24 @@
 //! consumer stops taking messages, finishes (or, on a signal, kills and
 //! releases) what runs, releases anything taken but not started, and exits 0.
 
-use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
 use futures::StreamExt;
-use rmq::{CancellationToken, Delivery, LeaseLost, Settled};
+use rmq::{CancellationToken, Delivery, Settled};
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::output::{self, Out};
-use crate::reaper::{self, Reaper};
+use crate::reaper::Reaper;
 use crate::{connect, CliError, CliResult, Global};
+
+mod exec;
+use exec::handle_exec;
 
 /// How long to wait for a finished child's stderr to close (a background
 /// grandchild may hold it open).
@@ -80,6 +79,10 @@ pub struct ConsumeArgs {
     /// Serial mode: how long a slot lease lasts unless renewed
     #[arg(long, value_name = "MS", default_value_t = 6000, requires = "serial")]
     pub slot_lease: u64,
+    /// Serve this process's metrics (deliveries, lateness, handler duration
+    /// and outcomes, ...) for Prometheus at http://ADDR/metrics
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// What every handler task needs.
@@ -104,6 +107,8 @@ enum Ended {
     Retried,
     Dead,
     Released,
+    /// The message was cancelled in flight: its nack or dead ended it.
+    Cancelled,
     /// The settle call failed: the message comes back after its lease.
     Failed,
 }
@@ -114,6 +119,7 @@ struct Report {
     retried: u64,
     dead: u64,
     released: u64,
+    cancelled: u64,
     failed: u64,
 }
 
@@ -124,12 +130,13 @@ impl Report {
             Ok(Ended::Retried) => self.retried += 1,
             Ok(Ended::Dead) => self.dead += 1,
             Ok(Ended::Released) => self.released += 1,
+            Ok(Ended::Cancelled) => self.cancelled += 1,
             Ok(Ended::Failed) | Err(_) => self.failed += 1,
         }
     }
 
     fn ended(&self) -> u64 {
-        self.acked + self.retried + self.dead + self.failed
+        self.acked + self.retried + self.dead + self.cancelled + self.failed
     }
 }
 
@@ -145,6 +152,8 @@ struct DeliveryJson {
     priority: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     due_ms: Option<i64>,
+    /// When it was taken (Unix ms, server clock).
+    taken_ms: i64,
 }
 
 /// How an `--exec` delivery ended, as printed.
@@ -153,6 +162,8 @@ struct OutcomeJson<'a> {
     key: String,
     slot: u32,
     attempt: u32,
+    /// When it was taken (Unix ms, server clock).
+    taken_ms: i64,
     outcome: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
@@ -160,6 +171,12 @@ struct OutcomeJson<'a> {
 
 pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
     let out = Out { json: g.json };
+    if let Some(addr) = a.metrics_listen {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| CliError::runtime(format!("cannot serve metrics on {addr}: {e}")))?;
+    }
     let (_client, topic) = connect::topic(g, &a.topic).await?;
     let mut sigint = signal(SignalKind::interrupt())
         .map_err(|e| CliError::runtime(format!("cannot listen for SIGINT: {e}")))?;
@@ -250,6 +267,9 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
             report.retried,
             report.dead
         );
+        if report.cancelled > 0 {
+            s.push_str(&format!(", cancelled {}", report.cancelled));
+        }
         if report.released > 0 {
             s.push_str(&format!(", released {} untouched", report.released));
         }
@@ -303,10 +323,14 @@ async fn handle(ctx: Arc<Ctx>, d: Delivery) -> Ended {
     if ctx.kill.is_cancelled() {
         return release(d).await;
     }
-    match ctx.exec.clone() {
+    let started = Instant::now();
+    let ended = match ctx.exec.clone() {
         Some(cmd) => handle_exec(&ctx, d, &cmd).await,
         None => handle_print(&ctx, d).await,
-    }
+    };
+    let secs = started.elapsed().as_secs_f64();
+    rmq::observe::handled(&ctx.topic, ended.label(), secs);
+    ended
 }
 
 async fn handle_print(ctx: &Ctx, d: Delivery) -> Ended {
@@ -321,6 +345,7 @@ async fn handle_print(ctx: &Ctx, d: Delivery) -> Ended {
                 kind: m.kind.to_string(),
                 priority: m.priority,
                 due_ms: m.due_ms,
+                taken_ms: m.taken_ms,
             })
         } else {
             let order = match (m.priority, m.due_ms) {
@@ -360,167 +385,13 @@ async fn ack(d: Delivery) -> Ended {
 async fn nack(d: Delivery, error: &str) -> Ended {
     match d.nack(None, error).await {
         Ok(Settled::Dead) => Ended::Dead,
+        Ok(Settled::Cancelled) => Ended::Cancelled,
         Ok(_) => Ended::Retried,
         Err(e) => {
             output::warn_line(&format!("could not nack a message: {e}"));
             Ended::Failed
         }
     }
-}
-
-/// An environment value from bytes (NUL bytes, which no environment can
-/// hold, are dropped).
-fn env_value(b: &[u8]) -> OsString {
-    let clean: Vec<u8> = b.iter().copied().filter(|&c| c != 0).collect();
-    std::ffi::OsStr::from_bytes(&clean).to_os_string()
-}
-
-async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
-    let m = d.message().clone();
-    let mut command = reaper::shell();
-    command
-        .arg("-c")
-        .arg(cmd)
-        .env("RMQ_KEY", env_value(&m.key))
-        .env("RMQ_ATTEMPT", m.attempt.to_string())
-        .env("RMQ_TOPIC", &ctx.topic)
-        .env("RMQ_SLOT", m.slot.to_string())
-        .env(
-            "RMQ_FENCE",
-            m.fence.map(|f| f.to_string()).unwrap_or_default(),
-        )
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    if let Some(p) = m.priority {
-        command.env("RMQ_PRIORITY", p.to_string());
-    }
-    if let Some(due) = m.due_ms {
-        command.env("RMQ_DUE_MS", due.to_string());
-    }
-    if ctx.out.json {
-        // Keep stdout for rmq's JSON lines.
-        command.stdout(Stdio::from(std::io::stderr()));
-    }
-    let mut child = match command.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            let error = format!("cannot run sh -c: {e}");
-            output::warn_line(&error);
-            let ended = nack(d, &error).await;
-            report_outcome(ctx, &m, &ended, Some(&error));
-            return ended;
-        }
-    };
-    let pid = child.id();
-    if let (Some(r), Some(pid)) = (&ctx.reaper, pid) {
-        r.watch(pid).await;
-    }
-    if let Some(mut stdin) = child.stdin.take() {
-        let payload = m.payload.clone();
-        tokio::spawn(async move {
-            // A command that does not read its stdin is fine.
-            let _ = stdin.write_all(&payload).await;
-        });
-    }
-    let stderr_task = child.stderr.take().map(|s| tokio::spawn(forward_stderr(s)));
-
-    let status = tokio::select! {
-        r = d.while_held(child.wait(), ctx.lease, true) => match r {
-            Ok(status) => status,
-            Err(LeaseLost) => {
-                // Serial mode: another member owns the slot now; stop at once.
-                stop_child(ctx, &mut child, pid, stderr_task).await;
-                output::warn_line(&format!("slot {} lease lost: handler stopped", m.slot));
-                return Ended::Failed;
-            }
-        },
-        () = ctx.kill.cancelled() => {
-            stop_child(ctx, &mut child, pid, stderr_task).await;
-            let ended = release(d).await;
-            report_outcome(ctx, &m, &ended, None);
-            return ended;
-        }
-    };
-    forget(ctx, pid).await;
-    let first_line = match stderr_task {
-        Some(t) => match tokio::time::timeout(STDERR_LINGER, t).await {
-            Ok(Ok(line)) => line,
-            _ => None,
-        },
-        None => None,
-    };
-    let ended = match status {
-        Ok(s) if s.success() => ack(d).await,
-        Ok(s) => {
-            let what = match s.code() {
-                Some(c) => format!("exit status {c}"),
-                None => {
-                    use std::os::unix::process::ExitStatusExt;
-                    format!("killed by signal {}", s.signal().unwrap_or(0))
-                }
-            };
-            let error = match &first_line {
-                Some(l) => format!("{what}: {l}"),
-                None => what,
-            };
-            let ended = nack(d, &error).await;
-            report_outcome(ctx, &m, &ended, Some(&error));
-            return ended;
-        }
-        Err(e) => {
-            let error = format!("cannot wait for the command: {e}");
-            let ended = nack(d, &error).await;
-            report_outcome(ctx, &m, &ended, Some(&error));
-            return ended;
-        }
-    };
-    report_outcome(ctx, &m, &ended, None);
-    ended
-}
-
-/// Copies a child's stderr to ours and returns its first non-empty line.
-async fn forward_stderr(s: tokio::process::ChildStderr) -> Option<String> {
-    let mut reader = BufReader::new(s);
-    let mut first = None;
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        match reader.read_until(b'\n', &mut buf).await {
-            Ok(0) | Err(_) => return first,
-            Ok(_) => {
-                // Short, line-sized writes: blocking here is harmless.
-                let mut err = std::io::stderr().lock();
-                let _ = std::io::Write::write_all(&mut err, &buf);
-                if first.is_none() {
-                    let l = String::from_utf8_lossy(&buf).trim().to_string();
-                    if !l.is_empty() {
-                        first = Some(l);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Kills a running handler's whole process group (the shell and what it
-/// started) and reaps it.
-async fn stop_child(
-    ctx: &Ctx,
-    child: &mut tokio::process::Child,
-    pid: Option<u32>,
-    stderr_task: Option<tokio::task::JoinHandle<Option<String>>>,
-) {
-    if let Some(pid) = pid {
-        reaper::kill_group(pid).await;
-    }
-    let _ = child.start_kill();
-    let _ = child.wait().await;
-    if let Some(t) = stderr_task {
-        t.abort();
-    }
-    forget(ctx, pid).await;
 }
 
 /// The handler was reaped: its group need not be killed any more.
@@ -530,13 +401,24 @@ async fn forget(ctx: &Ctx, pid: Option<u32>) {
     }
 }
 
+impl Ended {
+    /// How it ended, as the `outcome` metric label says it.
+    fn label(&self) -> &'static str {
+        match self {
+            Ended::Acked => "acked",
+            Ended::Retried => "retried",
+            Ended::Dead => "dead",
+            Ended::Released => "released",
+            Ended::Cancelled => "cancelled",
+            Ended::Failed => "failed",
+        }
+    }
+}
+
 fn report_outcome(ctx: &Ctx, m: &rmq::Received, ended: &Ended, error: Option<&str>) {
     let outcome = match ended {
-        Ended::Acked => "acked",
-        Ended::Retried => "retried",
-        Ended::Dead => "dead",
-        Ended::Released => "released",
         Ended::Failed => "not settled",
+        e => e.label(),
     };
     print(ctx, |out| {
         if out.json {
@@ -544,6 +426,7 @@ fn report_outcome(ctx: &Ctx, m: &rmq::Received, ended: &Ended, error: Option<&st
                 key: output::lossy(&m.key),
                 slot: m.slot,
                 attempt: m.attempt,
+                taken_ms: m.taken_ms,
                 outcome,
                 error,
             })

@@ -1,0 +1,102 @@
+//! `rmq serve`: the HTTP JSON API and Prometheus metrics (`rmq-serve`)
+//! over the prefix `--prefix` names.
+//!
+//! It binds loopback unless told otherwise. Actions (anything that changes
+//! state) need `--token-file F` (then `Authorization: Bearer <token>`), or
+//! `--allow-unauthenticated-actions` for a trusted network; `--read-only`
+//! refuses them all. SIGINT/SIGTERM stop it gracefully.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use rmq_serve::{Access, Options};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::output;
+use crate::{connect, CliError, CliResult, Global};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// File holding the bearer token that actions need (its first line)
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["read_only", "allow_unauthenticated_actions"])]
+    pub token_file: Option<PathBuf>,
+    /// Refuse every action (403): read and scrape only
+    #[arg(long)]
+    pub read_only: bool,
+    /// Take actions from anyone who reaches the listener, without a token
+    #[arg(long, conflicts_with = "read_only")]
+    pub allow_unauthenticated_actions: bool,
+    /// How long one metrics scrape's readings are reused, in ms
+    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    pub scrape_cache: u64,
+}
+
+fn access(a: &ServeArgs) -> CliResult<Access> {
+    if let Some(path) = &a.token_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            CliError::usage(format!(
+                "cannot read the token file {}: {e}",
+                path.display()
+            ))
+        })?;
+        let token = text.lines().next().unwrap_or_default().trim().to_string();
+        if token.len() < 16 {
+            return Err(CliError::usage(format!(
+                "the token in {} is shorter than 16 characters: use a long random one",
+                path.display()
+            )));
+        }
+        return Ok(Access::Token(token));
+    }
+    if a.allow_unauthenticated_actions {
+        return Ok(Access::Unauthenticated);
+    }
+    if !a.read_only {
+        output::note(
+            "no --token-file: actions are refused (read-only); give a token file, or \
+             --allow-unauthenticated-actions on a trusted network",
+        );
+    }
+    Ok(Access::ReadOnly)
+}
+
+pub async fn run(g: &Global, a: ServeArgs) -> CliResult {
+    let access = access(&a)?;
+    let client = connect::client(g).await?;
+    let listener = tokio::net::TcpListener::bind(a.listen)
+        .await
+        .map_err(|e| CliError::runtime(format!("cannot listen on {}: {e}", a.listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| CliError::runtime(format!("cannot read the listening address: {e}")))?;
+    let mode = match &access {
+        Access::ReadOnly => "read-only",
+        Access::Token(_) => "actions with the bearer token",
+        Access::Unauthenticated => "actions WITHOUT authentication",
+    };
+    output::note(&format!(
+        "serving http://{addr}/api/v1 and http://{addr}/metrics ({mode}); Ctrl-C stops"
+    ));
+    let options = Options {
+        access,
+        scrape_cache: Duration::from_millis(a.scrape_cache),
+    };
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|e| CliError::runtime(format!("cannot listen for SIGTERM: {e}")))?;
+    let mut int = signal(SignalKind::interrupt())
+        .map_err(|e| CliError::runtime(format!("cannot listen for SIGINT: {e}")))?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    };
+    rmq_serve::serve(listener, rmq_serve::router(client, options), shutdown)
+        .await
+        .map_err(|e| CliError::runtime(format!("the server failed: {e}")))
+}
