@@ -1,0 +1,580 @@
+//! The JSON API under `/api/v1`: topics (list, show, create, update,
+//! delete, pause, resume, stats, peek), messages (send one or a batch; get,
+//! cancel and reschedule by key) and dead letters (list with paging,
+//! requeue, purge). Every action checks [`Access`](crate::Access) first;
+//! every input is checked by the library, and a refusal changes nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use rmq::{CancelOutcome, DeadSelection, Message, Reschedule, Topic, TopicSpec};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::{ApiError, ApiResult};
+use crate::views::{lossy, LookupJson};
+use crate::AppState;
+
+type St = State<Arc<AppState>>;
+
+/// Messages (or keys) one request may carry.
+pub(crate) const MAX_BATCH: usize = 10_000;
+/// The largest request body.
+const MAX_BODY: usize = 16 * 1024 * 1024;
+
+pub(crate) fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/topics", get(list_topics).post(create_topic))
+        .route(
+            "/topics/{topic}",
+            get(show_topic).patch(update_topic).delete(delete_topic),
+        )
+        .route("/topics/{topic}/pause", post(pause))
+        .route("/topics/{topic}/resume", post(resume))
+        .route("/topics/{topic}/stats", get(stats))
+        .route("/topics/{topic}/peek", get(peek))
+        .route("/topics/{topic}/messages", post(send))
+        .route(
+            "/topics/{topic}/messages/{key}",
+            get(lookup).delete(cancel_one),
+        )
+        .route(
+            "/topics/{topic}/messages/{key}/reschedule",
+            post(reschedule),
+        )
+        .route("/topics/{topic}/cancel", post(cancel_many))
+        .route("/topics/{topic}/dead", get(dead_list))
+        .route("/topics/{topic}/dead/requeue", post(dead_requeue))
+        .route("/topics/{topic}/dead/purge", post(dead_purge))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// A JSON body, or the API's error shape when it cannot be read.
+fn body<T>(b: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
+    b.map(|Json(v)| v).map_err(|e| {
+        ApiError::bad_request(format!("the request body is not valid: {}", e.body_text()))
+    })
+}
+
+async fn topic(st: &AppState, name: &str) -> ApiResult<Topic> {
+    Ok(st.client.topic(name).await?)
+}
+
+fn act(st: &AppState, headers: &HeaderMap) -> ApiResult<()> {
+    st.options.access.check(headers)
+}
+
+async fn topic_view(t: &Topic) -> ApiResult<Value> {
+    let stats = t.stats().await?;
+    let spec = t.spec();
+    Ok(json!({
+        "definition": &*spec,
+        "stats": stats.total,
+        "paused": stats.total.paused_slots > 0,
+        "server_ms": stats.server_ms,
+    }))
+}
+
+async fn list_topics(State(st): St) -> ApiResult<Json<Value>> {
+    let mut out = Vec::new();
+    for spec in st.client.topics().await? {
+        out.push(topic_view(&topic(&st, &spec.name).await?).await?);
+    }
+    Ok(Json(json!({ "topics": out })))
+}
+
+async fn show_topic(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    Ok(Json(topic_view(&topic(&st, &name).await?).await?))
+}
+
+/// A topic to create: its name and kind, and any settings that differ
+/// from the defaults (the same names as a stored definition).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    name: String,
+    kind: rmq::TopicKind,
+    slots: Option<u32>,
+    lease_ms: Option<u64>,
+    max_attempts: Option<u32>,
+    backoff_ms: Option<u64>,
+    backoff_max_ms: Option<u64>,
+    max_payload_bytes: Option<u64>,
+    past_tolerance_ms: Option<u64>,
+    dead_letters_per_slot: Option<u64>,
+    dead_letter_ttl_ms: Option<u64>,
+}
+
+impl CreateBody {
+    fn spec(self) -> TopicSpec {
+        let mut spec = TopicSpec::new(self.name, self.kind);
+        if let Some(n) = self.slots {
+            spec = spec.slots(n);
+        }
+        Settings {
+            lease_ms: self.lease_ms,
+            max_attempts: self.max_attempts,
+            backoff_ms: self.backoff_ms,
+            backoff_max_ms: self.backoff_max_ms,
+            max_payload_bytes: self.max_payload_bytes,
+            past_tolerance_ms: self.past_tolerance_ms,
+            dead_letters_per_slot: self.dead_letters_per_slot,
+            dead_letter_ttl_ms: self.dead_letter_ttl_ms,
+        }
+        .apply(spec)
+    }
+}
+
+async fn create_topic(
+    State(st): St,
+    headers: HeaderMap,
+    b: Result<Json<CreateBody>, JsonRejection>,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    act(&st, &headers)?;
+    let spec = body(b)?.spec();
+    let t = st.client.define_topic(spec).await?;
+    Ok((StatusCode::CREATED, Json(topic_view(&t).await?)))
+}
+
+/// The settings a PATCH may change (all optional).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Settings {
+    lease_ms: Option<u64>,
+    max_attempts: Option<u32>,
+    backoff_ms: Option<u64>,
+    backoff_max_ms: Option<u64>,
+    max_payload_bytes: Option<u64>,
+    past_tolerance_ms: Option<u64>,
+    dead_letters_per_slot: Option<u64>,
+    dead_letter_ttl_ms: Option<u64>,
+}
+
+impl Settings {
+    fn apply(&self, s: TopicSpec) -> TopicSpec {
+        TopicSpec {
+            lease_ms: self.lease_ms.unwrap_or(s.lease_ms),
+            max_attempts: self.max_attempts.unwrap_or(s.max_attempts),
+            backoff_ms: self.backoff_ms.unwrap_or(s.backoff_ms),
+            backoff_max_ms: self.backoff_max_ms.unwrap_or(s.backoff_max_ms),
+            max_payload_bytes: self.max_payload_bytes.unwrap_or(s.max_payload_bytes),
+            past_tolerance_ms: self.past_tolerance_ms.unwrap_or(s.past_tolerance_ms),
+            dead_letters_per_slot: self
+                .dead_letters_per_slot
+                .unwrap_or(s.dead_letters_per_slot),
+            dead_letter_ttl_ms: self.dead_letter_ttl_ms.unwrap_or(s.dead_letter_ttl_ms),
+            ..s
+        }
+    }
+}
+
+async fn update_topic(
+    State(st): St,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    b: Result<Json<Settings>, JsonRejection>,
+) -> ApiResult<Json<Value>> {
+    act(&st, &headers)?;
+    let change = body(b)?;
+    let t = st.client.update_topic(&name, |s| change.apply(s)).await?;
+    Ok(Json(topic_view(&t).await?))
+}
+
+#[derive(Deserialize)]
+struct Force {
+    #[serde(default)]
+    force: bool,
+}
+
+async fn delete_topic(
+    State(st): St,
+    Path(name): Path<String>,
+    Query(q): Query<Force>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    act(&st, &headers)?;
+    let d = st.client.delete_topic(&name, q.force).await?;
+    Ok(Json(
+        json!({ "deleted": true, "messages": d.messages, "slots": d.slots }),
+    ))
+}
+
+async fn pause(
+    State(st): St,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    set_paused(st, name, headers, true).await
+}
+
+async fn resume(
+    State(st): St,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    set_paused(st, name, headers, false).await
+}
+
+async fn set_paused(
+    st: Arc<AppState>,
+    name: String,
+    headers: HeaderMap,
+    paused: bool,
+) -> ApiResult<Json<Value>> {
+    act(&st, &headers)?;
+    let t = topic(&st, &name).await?;
+    let r = if paused {
+        t.pause().await?
+    } else {
+        t.resume().await?
+    };
+    Ok(Json(json!({
+        "paused": paused,
+        "slots": r.slots,
+        "were_paused": r.were_paused,
+        "server_ms": r.server_ms,
+    })))
+}
+
+#[derive(Deserialize)]
+struct SlotsQuery {
+    #[serde(default)]
+    slots: bool,
+}
+
+async fn stats(
+    State(st): St,
+    Path(name): Path<String>,
+    Query(q): Query<SlotsQuery>,
+) -> ApiResult<Json<Value>> {
+    let s = topic(&st, &name).await?.stats().await?;
+    let mut v = json!({ "total": s.total, "server_ms": s.server_ms });
+    if q.slots {
+        v["slots"] = json!(s.slots);
+    }
+    Ok(Json(v))
+}
+
+#[derive(Deserialize)]
+struct Limit {
+    limit: Option<usize>,
+    offset: Option<usize>,
+}
+
+async fn peek(
+    State(st): St,
+    Path(name): Path<String>,
+    Query(q): Query<Limit>,
+) -> ApiResult<Json<Value>> {
+    let limit = q.limit.unwrap_or(20).min(1_000);
+    let pending = topic(&st, &name).await?.peek(limit).await?;
+    let out: Vec<Value> = pending
+        .iter()
+        .map(|p| {
+            json!({
+                "key": lossy(&p.key), "payload": lossy(&p.payload), "slot": p.slot,
+                "attempts": p.attempts, "priority": p.priority, "due_ms": p.due_ms,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "messages": out })))
+}
+
+/// One message to send.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SendLine {
+    payload: String,
+    key: Option<String>,
+    slot_basis: Option<String>,
+    priority: Option<u32>,
+    at: Option<i64>,
+    delay: Option<u64>,
+    range: Option<u64>,
+}
+
+impl SendLine {
+    fn message(self) -> ApiResult<Message> {
+        let mut m = Message::new(self.payload);
+        if let Some(k) = self.key {
+            m = m.key(k);
+        }
+        if let Some(b) = self.slot_basis {
+            m = m.slot_basis(b);
+        }
+        let timings = [
+            self.priority.is_some(),
+            self.at.is_some(),
+            self.delay.is_some(),
+            self.range.is_some(),
+        ];
+        if timings.iter().filter(|&&t| t).count() > 1 {
+            return Err(ApiError::bad_request(
+                "give at most one of priority, at, delay and range",
+            ));
+        }
+        m = match (self.priority, self.at, self.delay, self.range) {
+            (Some(p), ..) => m.priority(p),
+            (_, Some(ms), ..) => m.at_ms(ms),
+            (_, _, Some(ms), _) => m.delay(Duration::from_millis(ms)),
+            (.., Some(ms)) => m.range(Duration::from_millis(ms)),
+            _ => m,
+        };
+        // The library checks it against the topic (kind, sizes) when sent.
+        Ok(m)
+    }
+}
+
+/// One message, or `{"messages": [...]}`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SendBody {
+    Batch { messages: Vec<SendLine> },
+    One(SendLine),
+}
+
+async fn send(
+    State(st): St,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    b: Result<Json<SendBody>, JsonRejection>,
+) -> ApiResult<Json<Value>> {
+    act(&st, &headers)?;
+    let t = topic(&st, &name).await?;
+    let (lines, one) = match body(b)? {
+        SendBody::One(l) => (vec![l], true),
+        SendBody::Batch { messages } => (messages, false),
+    };
+    if lines.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(format!(
+            "a batch of {} messages is too large: send at most {MAX_BATCH} per request; nothing was sent",
+            lines.len()
+        )));
+    }
+    let messages = lines
+        .into_iter()
+        .map(SendLine::message)
+        .collect::<ApiResult<Vec<_>>>()?;
+    let report = t.send_batch(&messages).await?;
+    let results: Vec<Value> = report
+        .results
+        .iter()
+        .map(|r| match r {
+            Ok(s) => json!({
+                "slot": s.slot, "merged": s.merged, "behind_in_flight": s.behind_in_flight,
+            }),
+            Err(e) => {
+                json!({ "error": { "kind": format!("{:?}", e.kind()), "message": e.to_string() } })
+            }
+        })
+        .collect();
+    if one {
+        if let Some(Err(e)) = report.results.into_iter().next() {
+            return Err(e.into());
+        }
+        return Ok(Json(results.into_iter().next().unwrap_or(Value::Null)));
+    }
+    Ok(Json(json!({ "results": results })))
+}
+
+#[derive(Deserialize)]
+struct Basis {
+    slot_basis: Option<String>,
+}
+
+async fn lookup(
+    State(st): St,
+    Path((name, key)): Path<(String, String)>,
+    Query(q): Query<Basis>,
+) -> ApiResult<Json<LookupJson>> {
+    let t = topic(&st, &name).await?;
+    let basis = q.slot_basis.unwrap_or_else(|| key.clone());
+    let l = t.get_in(key.as_bytes(), basis.as_bytes()).await?;
+    Ok(Json(LookupJson::of(&l)))
+}
+
+fn cancel_json(key: &str, o: CancelOutcome) -> Value {
+    let outcome = match o {
+        CancelOutcome::Cancelled(_) => "cancelled",
+        CancelOutcome::WillNotRetry { .. } => "will-not-retry",
+        CancelOutcome::Dead => "dead",
+        CancelOutcome::Absent => "absent",
+    };
+    json!({
+        "key": key, "cancelled": o.cancelled(), "state": o.state_before().name(), "outcome": outcome,
+    })
+}
+
+async fn cancel_one(
+    State(st): St,
+    Path((name, key)): Path<(String, String)>,
+    Query(q): Query<Basis>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    act(&st, &headers)?;
+    let t = topic(&st, &name).await?;
+    let basis = q.slot_basis.unwrap_or_else(|| key.clone());
+    let out = t.cancel_in(&[key.as_bytes()], basis.as_bytes()).await?;
+    let o = out.first().copied().unwrap_or(CancelOutcome::Absent);
+    Ok(Json(cancel_json(&key, o)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelBody {
+    keys: Vec<String>,
+    slot_basis: Option<String>,
+}
+
+async fn cancel_many(
+    State(st): St,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    b: Result<Json<CancelBody>, JsonRejection>,
+) -> ApiResult<Json<Value>> {
+    act(&st, &headers)?;
+    let c = body(b)?;
+    if c.keys.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(format!(
+            "at most {MAX_BATCH} keys per request; nothing was cancelled"
+        )));
+    }
+    let t = topic(&st, &name).await?;
+    let keys: Vec<&[u8]> = c.keys.iter().map(|k| k.as_bytes()).collect();
+    let out = match &c.slot_basis {
+        Some(b) => t.cancel_in(&keys, b.as_bytes()).await?,
+        None => t.cancel(&keys).await?,
+    };
+    let results: Vec<Value> = c
+        .keys
+        .iter()
+        .zip(out)
+        .map(|(k, o)| cancel_json(k, o))
+        .collect();
+    Ok(Json(json!({ "results": results })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RescheduleBody {
+    at: Option<i64>,
+    delay: Option<u64>,
+    priority: Option<u32>,
+    slot_basis: Option<String>,
+}
+
+async fn reschedule(
+    State(st): St,
+    Path((name, key)): Path<(String, String)>,
+    headers: HeaderMap,
+    b: Result<Json<RescheduleBody>, JsonRejection>,
+) -> ApiResult<Json<Value>> {
+    act(&st, &headers)?;
+    let r = body(b)?;
+    let to = match (r.at, r.delay, r.priority) {
+        (Some(ms), None, None) => Reschedule::At(ms),
+        (None, Some(ms), None) => Reschedule::Delay(ms),
+        (None, None, Some(p)) => Reschedule::Priority(p),
+        _ => {
+            return Err(ApiError::bad_request(
+                "give exactly one of at, delay and priority",
+            ))
+        }
+    };
+    let t = topic(&st, &name).await?;
+    let basis = r.slot_basis.unwrap_or_else(|| key.clone());
+    let done = t
+        .reschedule_in(key.as_bytes(), basis.as_bytes(), to)
+        .await?;
+    let moved = match done.moved {
+        rmq::Moved::Pending => "pending",
+        rmq::Moved::RetryWaiting => "retry-waiting",
+        rmq::Moved::Parked => "parked",
+    };
+    Ok(Json(json!({
+        "key": key, "rescheduled": true, "slot": done.slot, "moved": moved,
+        "priority": done.priority, "due_ms": done.due_ms,
+    })))
+}
+
+async fn dead_list(
+    State(st): St,
+    Path(name): Path<String>,
+    Query(q): Query<Limit>,
+) -> ApiResult<Json<Value>> {
+    let (limit, offset) = (
+        q.limit.unwrap_or(50).min(1_000),
+        q.offset.unwrap_or(0).min(100_000),
+    );
+    let all = topic(&st, &name)
+        .await?
+        .dead_letters(offset + limit)
+        .await?;
+    let page: Vec<Value> = all
+        .iter()
+        .skip(offset)
+        .map(|d| {
+            json!({
+                "key": lossy(&d.key), "payload": lossy(&d.payload), "slot": d.slot,
+                "attempts": d.attempts, "error": d.error, "dead_at_ms": d.dead_at_ms, "deaths": d.deaths,
+            })
+        })
+        .collect();
+    Ok(Json(
+        json!({ "offset": offset, "limit": limit, "dead": page }),
+    ))
+}
+
+/// Which dead letters: `{"key": ".."}`, `{"all": true}`, or (purge)
+/// `{"older_than_ms": N}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeadBody {
+    key: Option<String>,
+    #[serde(default)]
+    all: bool,
+    older_than_ms: Option<u64>,
+}
+
+impl DeadBody {
+    fn selection(self) -> ApiResult<DeadSelection> {
+        match (self.key, self.all, self.older_than_ms) {
+            (Some(k), false, None) => Ok(DeadSelection::Key(k.into_bytes())),
+            (None, true, None) => Ok(DeadSelection::All),
+            (None, false, Some(ms)) => Ok(DeadSelection::OlderThan(Duration::from_millis(ms))),
+            _ => Err(ApiError::bad_request(
+                "give exactly one of key, all (true) and older_than_ms; nothing was changed",
+            )),
+        }
+    }
+}
+
+async fn dead_requeue(
+    State(st): St,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    b: Result<Json<DeadBody>, JsonRejection>,
+) -> ApiResult<Json<Value>> {
+    act(&st, &headers)?;
+    let which = body(b)?.selection()?;
+    let (requeued, merged) = topic(&st, &name).await?.requeue_dead(which).await?;
+    Ok(Json(json!({ "requeued": requeued, "merged": merged })))
+}
+
+async fn dead_purge(
+    State(st): St,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    b: Result<Json<DeadBody>, JsonRejection>,
+) -> ApiResult<Json<Value>> {
+    act(&st, &headers)?;
+    let which = body(b)?.selection()?;
+    let purged = topic(&st, &name).await?.purge_dead(which).await?;
+    Ok(Json(json!({ "purged": purged })))
+}

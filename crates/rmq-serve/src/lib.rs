@@ -1,0 +1,77 @@
+//! `rmq serve`: a JSON API under `/api/v1` and Prometheus metrics at
+//! `/metrics`, over one [`rmq::Client`] (one key prefix).
+//!
+//! Reading is open to whoever reaches the listener (it binds loopback by
+//! default). Anything that changes state is an *action*: refused (403)
+//! in read-only mode, refused (403) without a configured token unless
+//! unauthenticated actions were allowed explicitly, and otherwise taken
+//! only with `Authorization: Bearer <token>` (a header, never a cookie, so
+//! no page of another site can act in the user's name). Errors are one JSON
+//! shape, `{"error": {"kind", "message"}}`, with the library's error kind.
+//!
+//! Routes: `api.rs` (topics, messages by key, dead letters), `metrics.rs`
+//! (the scrape, cached per interval), `access.rs` (who may act),
+//! `error.rs` (the error shape and status codes).
+
+mod access;
+mod api;
+mod error;
+mod metrics;
+pub mod views;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+
+pub use access::Access;
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Who may act.
+    pub access: Access,
+    /// How long one scrape's readings are reused (a scrape of many topics
+    /// reads every slot of each: scraping faster than this costs nothing).
+    pub scrape_cache: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            access: Access::ReadOnly,
+            scrape_cache: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What every handler shares.
+pub(crate) struct AppState {
+    pub(crate) client: rmq::Client,
+    pub(crate) options: Options,
+    pub(crate) scrape: metrics::Cache,
+}
+
+/// The server's routes over `client`.
+pub fn router(client: rmq::Client, options: Options) -> Router {
+    let state = Arc::new(AppState {
+        client,
+        scrape: metrics::Cache::default(),
+        options,
+    });
+    Router::new()
+        .nest("/api/v1", api::routes(state.clone()))
+        .route("/metrics", axum::routing::get(metrics::scrape))
+        .with_state(state)
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

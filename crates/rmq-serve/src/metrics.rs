@@ -1,0 +1,152 @@
+//! `/metrics`: every topic's depth by state and its counters, in the
+//! Prometheus text format (names by its conventions, a `topic` label).
+//!
+//! A scrape reads every slot of every topic (one script call per slot,
+//! pipelined), so readings are reused for `Options::scrape_cache`: a
+//! dozen scrapers or a short scrape interval cost no more Redis work than
+//! one. Nothing here lists keys; topics come from the registry.
+
+use std::fmt::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+
+use crate::error::ApiResult;
+use crate::AppState;
+
+/// The last scrape's text and when it was made.
+#[derive(Default)]
+pub(crate) struct Cache {
+    last: Mutex<Option<(Instant, Arc<String>)>>,
+}
+
+/// The Prometheus text format's content type.
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+pub(crate) async fn scrape(State(st): State<Arc<AppState>>) -> ApiResult<impl IntoResponse> {
+    let cached = {
+        let last = st.scrape.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.as_ref()
+            .filter(|(at, _)| at.elapsed() < st.options.scrape_cache)
+            .map(|(_, text)| text.clone())
+    };
+    let text = match cached {
+        Some(t) => t,
+        None => {
+            let t = Arc::new(render(&st.client).await?);
+            *st.scrape.last.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some((Instant::now(), t.clone()));
+            t
+        }
+    };
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], (*text).clone()))
+}
+
+/// One metric family: its name, type, help, and one sample per topic.
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    samples: Vec<(String, u64)>,
+}
+
+/// Label value escaping of the text format.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+async fn render(client: &rmq::Client) -> ApiResult<String> {
+    let mut families: Vec<Family> = [
+        ("rmq_messages", "gauge", "Messages of a topic by state."),
+        ("rmq_topic_paused", "gauge", "1 when every slot of the topic is paused, else 0."),
+        ("rmq_topic_slots", "gauge", "The topic's slot count."),
+        ("rmq_oldest_due_age_seconds", "gauge", "How long the earliest due message of a time-based topic has been due (0 when none is): the queue's latency."),
+        ("rmq_sent_total", "counter", "Messages accepted by send."),
+        ("rmq_merged_total", "counter", "Sends merged into a waiting message of the same key."),
+        ("rmq_delivered_total", "counter", "Deliveries (phase one)."),
+        ("rmq_acked_total", "counter", "Deliveries acknowledged."),
+        ("rmq_retried_total", "counter", "Failed deliveries given a retry, lease expiries included."),
+        ("rmq_dead_lettered_total", "counter", "Messages moved to the dead letters."),
+        ("rmq_dead_dropped_total", "counter", "Dead letters dropped by the count or age limit."),
+        ("rmq_cancelled_total", "counter", "Messages cancelled, waiting or in flight."),
+    ]
+    .into_iter()
+    .map(|(name, kind, help)| Family { name, kind, help, samples: Vec::new() })
+    .collect();
+    for spec in client.topics().await? {
+        let topic = client.topic(&spec.name).await?;
+        let stats = topic.stats().await?;
+        let t = stats.total;
+        let label = escape(&spec.name);
+        let states = [
+            ("due-now", t.due_now),
+            ("scheduled", t.scheduled),
+            ("retry-waiting", t.retry_waiting),
+            ("in-flight", t.in_flight),
+            ("parked", t.behind_in_flight),
+            ("dead", t.dead),
+        ];
+        for (state, n) in states {
+            families[0]
+                .samples
+                .push((format!("topic=\"{label}\",state=\"{state}\""), n));
+        }
+        let topic_label = format!("topic=\"{label}\"");
+        let paused = u64::from(t.paused_slots > 0 && t.paused_slots == u64::from(spec.slots));
+        families[1].samples.push((topic_label.clone(), paused));
+        families[2]
+            .samples
+            .push((topic_label.clone(), u64::from(spec.slots)));
+        if spec.kind.is_time_based() {
+            let oldest = topic.peek(1).await?;
+            let age_ms = oldest
+                .first()
+                .and_then(|p| p.due_ms)
+                .map_or(0, |due| (stats.server_ms - due).max(0));
+            families[3]
+                .samples
+                .push((topic_label.clone(), u64::try_from(age_ms).unwrap_or(0)));
+        }
+        let counters = [
+            t.sent,
+            t.merged,
+            t.delivered,
+            t.acked,
+            t.retried,
+            t.dead_lettered,
+            t.dead_dropped,
+            t.cancelled,
+        ];
+        for (f, n) in families[4..].iter_mut().zip(counters) {
+            f.samples.push((topic_label.clone(), n));
+        }
+    }
+    let mut out = String::new();
+    for f in &families {
+        let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
+        let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
+        for (labels, v) in &f.samples {
+            if f.name == "rmq_oldest_due_age_seconds" {
+                let _ = writeln!(out, "{}{{{labels}}} {:.3}", f.name, *v as f64 / 1000.0);
+            } else {
+                let _ = writeln!(out, "{}{{{labels}}} {v}", f.name);
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

@@ -1,0 +1,531 @@
+//! The HTTP API against a real redis-server: every route's happy path,
+//! bad input answered 4xx with the JSON error shape and nothing changed,
+//! who may act, and metrics that say what the traffic did.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use rmq::{Client, TopicKind, TopicSpec};
+use rmq_serve::{Access, Options};
+use rmq_test_support::RedisServer;
+use serde_json::{json, Value};
+
+const TOKEN: &str = "test-token-1";
+
+struct Server {
+    _redis: RedisServer,
+    base: String,
+    client: Client,
+    http: reqwest::Client,
+}
+
+impl Server {
+    async fn start(access: Access) -> Server {
+        let redis = RedisServer::start();
+        let client = Client::connect(&redis.url()).await.unwrap();
+        let options = Options {
+            access,
+            scrape_cache: Duration::from_millis(0),
+        };
+        let router = rmq_serve::router(client.clone(), options);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(rmq_serve::serve(listener, router, std::future::pending()));
+        Server {
+            _redis: redis,
+            base,
+            client,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path.trim_start_matches('/'))
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let r = self.http.get(self.url(path)).send().await.unwrap();
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// An action with the token.
+    async fn act(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.http.request(method, self.url(path)).bearer_auth(TOKEN);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.act(reqwest::Method::POST, path, Some(body)).await
+    }
+}
+
+fn error_kind(v: &Value) -> &str {
+    v["error"]["kind"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error shape: {v}"))
+}
+
+#[tokio::test]
+async fn a_topic_is_created_listed_shown_updated_paused_and_deleted() {
+    let s = Server::start(Access::Token(TOKEN.into())).await;
+    let spec = json!(TopicSpec::new("orders", TopicKind::Priority).slots(4));
+    let (st, v) = s.post("/api/v1/topics", spec).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    assert_eq!(v["definition"]["slots"], 4);
+    let (st, v) = s.get("/api/v1/topics").await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(v["topics"][0]["definition"]["name"], "orders");
+    let (st, v) = s
+        .act(
+            reqwest::Method::PATCH,
+            "/api/v1/topics/orders",
+            Some(json!({"max_attempts": 3})),
+        )
+        .await;
+    assert_eq!(
+        (st, v["definition"]["max_attempts"].as_u64()),
+        (StatusCode::OK, Some(3))
+    );
+    let (st, v) = s.post("/api/v1/topics/orders/pause", json!({})).await;
+    assert_eq!((st, v["paused"].as_bool()), (StatusCode::OK, Some(true)));
+    let (_, v) = s.get("/api/v1/topics/orders").await;
+    assert_eq!(v["paused"], true);
+    let (st, _) = s.post("/api/v1/topics/orders/resume", json!({})).await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, v) = s.get("/api/v1/topics/orders/stats?slots=true").await;
+    assert_eq!(
+        (st, v["slots"].as_array().map(Vec::len)),
+        (StatusCode::OK, Some(4))
+    );
+    let (st, v) = s
+        .act(reqwest::Method::DELETE, "/api/v1/topics/orders", None)
+        .await;
+    assert_eq!(
+        (st, v["deleted"].as_bool()),
+        (StatusCode::OK, Some(true)),
+        "{v}"
+    );
+    let (st, v) = s.get("/api/v1/topics/orders").await;
+    assert_eq!(
+        (st, error_kind(&v)),
+        (StatusCode::NOT_FOUND, "UnknownTopic")
+    );
+}
+
+#[tokio::test]
+async fn messages_are_sent_looked_up_rescheduled_and_cancelled_by_key() {
+    let s = Server::start(Access::Token(TOKEN.into())).await;
+    s.client
+        .define_topic(TopicSpec::new("t", TopicKind::FixedTime).slots(4))
+        .await
+        .unwrap();
+    let (st, v) = s
+        .post(
+            "/api/v1/topics/t/messages",
+            json!({"payload": "<script>alert(1)</script>", "key": "k/1", "delay": 60000}),
+        )
+        .await;
+    assert_eq!(
+        (st, v["merged"].as_bool()),
+        (StatusCode::OK, Some(false)),
+        "{v}"
+    );
+    let batch: Vec<Value> = (0..50)
+        .map(|i| json!({"payload": "p", "key": format!("b{i}"), "delay": 0}))
+        .collect();
+    let (st, v) = s
+        .post("/api/v1/topics/t/messages", json!({"messages": batch}))
+        .await;
+    assert_eq!(
+        (st, v["results"].as_array().map(Vec::len)),
+        (StatusCode::OK, Some(50))
+    );
+    // A key with a slash travels percent-encoded; the payload comes back as text.
+    let (st, v) = s.get("/api/v1/topics/t/messages/k%2F1").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        (v["state"].as_str(), v["payload"].as_str()),
+        (Some("pending"), Some("<script>alert(1)</script>"))
+    );
+    let (st, v) = s
+        .post(
+            "/api/v1/topics/t/messages/k%2F1/reschedule",
+            json!({"delay": 1000}),
+        )
+        .await;
+    assert_eq!(
+        (st, v["moved"].as_str()),
+        (StatusCode::OK, Some("pending")),
+        "{v}"
+    );
+    let (_, v) = s.get("/api/v1/topics/t/peek?limit=5").await;
+    assert_eq!(v["messages"].as_array().map(Vec::len), Some(5));
+    let (st, v) = s
+        .act(
+            reqwest::Method::DELETE,
+            "/api/v1/topics/t/messages/k%2F1",
+            None,
+        )
+        .await;
+    assert_eq!(
+        (st, v["outcome"].as_str()),
+        (StatusCode::OK, Some("cancelled"))
+    );
+    let (st, v) = s
+        .post(
+            "/api/v1/topics/t/cancel",
+            json!({"keys": ["b1", "b2", "nope"]}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    let outcomes: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["cancelled", "cancelled", "absent"]);
+    let (_, v) = s.get("/api/v1/topics/t/messages/k%2F1").await;
+    assert_eq!(v["state"], "absent");
+}
+
+#[tokio::test]
+async fn dead_letters_are_listed_by_page_requeued_and_purged() {
+    let s = Server::start(Access::Token(TOKEN.into())).await;
+    let topic = s
+        .client
+        .define_topic(
+            TopicSpec::new("d", TopicKind::Priority)
+                .slots(1)
+                .max_attempts(1),
+        )
+        .await
+        .unwrap();
+    for i in 0..5 {
+        topic
+            .send(rmq::Message::new("v").key(format!("k{i}")))
+            .await
+            .unwrap();
+    }
+    for d in topic.take(5).await.unwrap() {
+        d.dead("it broke").await.unwrap();
+    }
+    let (st, v) = s.get("/api/v1/topics/d/dead?limit=2&offset=1").await;
+    assert_eq!(st, StatusCode::OK);
+    let page = v["dead"].as_array().unwrap();
+    assert_eq!(
+        (page.len(), page[0]["error"].as_str()),
+        (2, Some("it broke"))
+    );
+    let (st, v) = s
+        .post("/api/v1/topics/d/dead/requeue", json!({"key": "k0"}))
+        .await;
+    assert_eq!((st, v["requeued"].as_u64()), (StatusCode::OK, Some(1)));
+    let (_, v) = s.get("/api/v1/topics/d/messages/k0").await;
+    assert_eq!(v["state"], "pending");
+    let (st, v) = s
+        .post("/api/v1/topics/d/dead/purge", json!({"all": true}))
+        .await;
+    assert_eq!((st, v["purged"].as_u64()), (StatusCode::OK, Some(4)));
+}
+
+#[tokio::test]
+async fn bad_input_is_a_4xx_with_the_error_shape_and_changes_nothing() {
+    let s = Server::start(Access::Token(TOKEN.into())).await;
+    s.client
+        .define_topic(TopicSpec::new("p", TopicKind::Priority).slots(2))
+        .await
+        .unwrap();
+    s.post(
+        "/api/v1/topics/p/messages",
+        json!({"payload": "v", "key": "k", "priority": 1}),
+    )
+    .await;
+    let cases: Vec<(reqwest::Method, &str, Option<Value>, StatusCode, &str)> = vec![
+        (
+            reqwest::Method::POST,
+            "/api/v1/topics/p/messages",
+            Some(json!({"payload": "v", "priority": 99_999_999})),
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+        ),
+        (
+            reqwest::Method::POST,
+            "/api/v1/topics/p/messages",
+            Some(json!({"payload": "v", "delay": 5})),
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+        ),
+        (
+            reqwest::Method::POST,
+            "/api/v1/topics/p/messages",
+            Some(json!({"pay": "v"})),
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+        ),
+        (
+            reqwest::Method::POST,
+            "/api/v1/topics/nope/messages",
+            Some(json!({"payload": "v"})),
+            StatusCode::NOT_FOUND,
+            "UnknownTopic",
+        ),
+        (
+            reqwest::Method::POST,
+            "/api/v1/topics/p/messages/absent/reschedule",
+            Some(json!({"priority": 3})),
+            StatusCode::CONFLICT,
+            "NotWaiting",
+        ),
+        (
+            reqwest::Method::POST,
+            "/api/v1/topics/p/messages/k/reschedule",
+            Some(json!({"priority": 3, "delay": 5})),
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+        ),
+        (
+            reqwest::Method::PATCH,
+            "/api/v1/topics/p",
+            Some(json!({"slots": 8})),
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+        ),
+        (
+            reqwest::Method::PATCH,
+            "/api/v1/topics/p",
+            Some(json!({"lease_ms": 0})),
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+        ),
+        (
+            reqwest::Method::POST,
+            "/api/v1/topics/p/dead/purge",
+            Some(json!({"all": true, "key": "k"})),
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+        ),
+        (
+            reqwest::Method::DELETE,
+            "/api/v1/topics/p",
+            None,
+            StatusCode::CONFLICT,
+            "TopicInUse",
+        ),
+        (
+            reqwest::Method::POST,
+            "/api/v1/topics",
+            Some(json!({"name": "p", "kind": "fixed-time", "slots": 2})),
+            StatusCode::CONFLICT,
+            "TopicConflict",
+        ),
+        (
+            reqwest::Method::POST,
+            "/api/v1/topics",
+            Some(json!({"name": "q", "kind": "sideways"})),
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+        ),
+        (
+            reqwest::Method::POST,
+            "/api/v1/topics",
+            Some(json!({"name": "bad name", "kind": "priority"})),
+            StatusCode::BAD_REQUEST,
+            "InvalidName",
+        ),
+    ];
+    for (method, path, body, status, kind) in cases {
+        let (st, v) = s.act(method.clone(), path, body.clone()).await;
+        assert_eq!(
+            (st, error_kind(&v)),
+            (status, kind),
+            "{method} {path} {body:?}: {v}"
+        );
+    }
+    // A body that is not JSON at all.
+    let r = s
+        .http
+        .post(s.url("/api/v1/topics/p/messages"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(error_kind(&v), "InvalidArgument");
+    // Nothing changed: the one message, its priority, the definition.
+    let (_, v) = s.get("/api/v1/topics/p").await;
+    assert_eq!(
+        (
+            v["stats"]["pending"].as_u64(),
+            v["definition"]["slots"].as_u64()
+        ),
+        (Some(1), Some(2))
+    );
+    let (_, v) = s.get("/api/v1/topics/p/messages/k").await;
+    assert_eq!(v["priority"], 1);
+}
+
+#[tokio::test]
+async fn actions_need_the_token_and_read_only_refuses_them() {
+    let s = Server::start(Access::Token(TOKEN.into())).await;
+    s.client
+        .define_topic(TopicSpec::new("a", TopicKind::Priority).slots(1))
+        .await
+        .unwrap();
+    let body = json!({"payload": "v"});
+    let none = s
+        .http
+        .post(s.url("/api/v1/topics/a/messages"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(none.status(), StatusCode::UNAUTHORIZED);
+    let wrong = s
+        .http
+        .post(s.url("/api/v1/topics/a/messages"))
+        .bearer_auth("nope")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let (_, v) = s.get("/api/v1/topics/a").await;
+    assert_eq!(v["stats"]["sent"], 0, "refused actions changed nothing");
+
+    let ro = Server::start(Access::ReadOnly).await;
+    ro.client
+        .define_topic(TopicSpec::new("a", TopicKind::Priority).slots(1))
+        .await
+        .unwrap();
+    let (st, v) = ro.post("/api/v1/topics/a/pause", json!({})).await;
+    assert_eq!((st, error_kind(&v)), (StatusCode::FORBIDDEN, "ReadOnly"));
+    let (st, _) = ro.get("/api/v1/topics/a").await;
+    assert_eq!(st, StatusCode::OK, "reading stays open");
+}
+
+#[tokio::test]
+async fn metrics_say_what_the_traffic_did() {
+    let s = Server::start(Access::ReadOnly).await;
+    let topic = s
+        .client
+        .define_topic(
+            TopicSpec::new("m", TopicKind::FixedTime)
+                .slots(4)
+                .max_attempts(1),
+        )
+        .await
+        .unwrap();
+    let batch: Vec<rmq::Message> = (0..1000)
+        .map(|i| {
+            rmq::Message::new("v")
+                .key(format!("k{i}"))
+                .delay(Duration::ZERO)
+        })
+        .collect();
+    topic.send_batch(&batch).await.unwrap();
+    let mut taken = Vec::new();
+    while taken.len() < 1000 {
+        taken.extend(topic.take(1000 - taken.len()).await.unwrap());
+    }
+    for (i, d) in taken.into_iter().enumerate() {
+        if i < 990 {
+            d.ack().await.unwrap();
+        } else {
+            d.dead("x").await.unwrap();
+        }
+    }
+    let r = s.http.get(s.url("/metrics")).send().await.unwrap();
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    let text = r.text().await.unwrap();
+    for line in [
+        "rmq_sent_total{topic=\"m\"} 1000",
+        "rmq_delivered_total{topic=\"m\"} 1000",
+        "rmq_acked_total{topic=\"m\"} 990",
+        "rmq_dead_lettered_total{topic=\"m\"} 10",
+        "rmq_messages{topic=\"m\",state=\"dead\"} 10",
+        "rmq_messages{topic=\"m\",state=\"in-flight\"} 0",
+        "rmq_topic_slots{topic=\"m\"} 4",
+        "rmq_oldest_due_age_seconds{topic=\"m\"} 0.000",
+        "# TYPE rmq_acked_total counter",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in:\n{text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_live_scrape_passes_promtool() {
+    let s = Server::start(Access::ReadOnly).await;
+    for (name, kind) in [
+        ("p", TopicKind::Priority),
+        ("f", TopicKind::FixedTime),
+        ("r", TopicKind::RangeMerge),
+    ] {
+        let t = s
+            .client
+            .define_topic(TopicSpec::new(name, kind).slots(2))
+            .await
+            .unwrap();
+        let m = rmq::Message::new("v").key("k");
+        let m = match kind {
+            TopicKind::Priority => m.priority(1),
+            TopicKind::FixedTime => m.delay(Duration::ZERO),
+            TopicKind::RangeMerge => m.range(Duration::from_millis(1)),
+        };
+        t.send(m).await.unwrap();
+    }
+    let text = s
+        .http
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is missing: run scripts/ensure-deps.sh");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool: {said}\n{text}"
+    );
+}
