@@ -1,7 +1,7 @@
 //! The JSON API under `/api/v1`: topics (list, show, create, update,
 //! delete, pause, resume, stats, peek), messages (send one or a batch; get,
-//! cancel and reschedule by key) and dead letters (list with paging,
-//! requeue, purge). Every action checks [`Access`](crate::Access) first;
+//! cancel and reschedule by key), dead letters (list with paging,
+//! requeue, purge) and serial groups (members, slot owners, epochs). Every action checks [`Access`](crate::Access) first;
 //! every input is checked by the library, and a refusal changes nothing.
 
 use std::sync::Arc;
@@ -51,6 +51,7 @@ pub(crate) fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/topics/{topic}/dead", get(dead_list))
         .route("/topics/{topic}/dead/requeue", post(dead_requeue))
         .route("/topics/{topic}/dead/purge", post(dead_purge))
+        .route("/topics/{topic}/groups", get(groups))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
@@ -577,4 +578,13 @@ async fn dead_purge(
     let which = body(b)?.selection()?;
     let purged = topic(&st, &name).await?.purge_dead(which).await?;
     Ok(Json(json!({ "purged": purged })))
+}
+
+async fn groups(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    let t = topic(&st, &name).await?;
+    let view = t.serial_groups().await?;
+    let consumers = t.consumers().await?;
+    let mut v = json!(view);
+    v["consumers"] = json!(consumers);
+    Ok(Json(v))
 }

@@ -74,6 +74,10 @@ async fn render(client: &rmq::Client) -> ApiResult<String> {
         ("rmq_dead_lettered_total", "counter", "Messages moved to the dead letters."),
         ("rmq_dead_dropped_total", "counter", "Dead letters dropped by the count or age limit."),
         ("rmq_cancelled_total", "counter", "Messages cancelled, waiting or in flight."),
+        ("rmq_consumers", "gauge", "Consumer processes listening to the topic's notices."),
+        ("rmq_serial_members", "gauge", "Live members of a serial consumer group."),
+        ("rmq_serial_owners", "gauge", "Members of a serial group that hold at least one slot's lease."),
+        ("rmq_serial_unowned_slots", "gauge", "Slots of the topic whose serial lease nobody holds (all of them when no serial group runs)."),
     ]
     .into_iter()
     .map(|(name, kind, help)| Family { name, kind, help, samples: Vec::new() })
@@ -122,9 +126,22 @@ async fn render(client: &rmq::Client) -> ApiResult<String> {
             t.dead_dropped,
             t.cancelled,
         ];
-        for (f, n) in families[4..].iter_mut().zip(counters) {
+        for (f, n) in families[4..12].iter_mut().zip(counters) {
             f.samples.push((topic_label.clone(), n));
         }
+        families[12]
+            .samples
+            .push((topic_label.clone(), topic.consumers().await?));
+        let serial = topic.serial_groups_seen(&stats).await?;
+        for g in &serial.groups {
+            let labels = format!("topic=\"{label}\",group=\"{}\"", escape(&g.name));
+            let alive = g.members.iter().filter(|m| m.alive).count() as u64;
+            let owners = g.members.iter().filter(|m| !m.slots.is_empty()).count() as u64;
+            families[13].samples.push((labels.clone(), alive));
+            families[14].samples.push((labels, owners));
+        }
+        let unowned = serial.leases.iter().filter(|l| l.owner.is_none()).count() as u64;
+        families[15].samples.push((topic_label.clone(), unowned));
     }
     let mut out = String::new();
     for f in &families {

@@ -529,3 +529,73 @@ async fn a_live_scrape_passes_promtool() {
         "promtool: {said}\n{text}"
     );
 }
+
+#[tokio::test]
+async fn serial_groups_show_members_owners_and_epochs() {
+    let s = Server::start(Access::ReadOnly).await;
+    let topic = s
+        .client
+        .define_topic(TopicSpec::new("g", TopicKind::Priority).slots(4))
+        .await
+        .unwrap();
+    let (status, v) = s.get("/api/v1/topics/g/groups").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(v["groups"], json!([]));
+    assert_eq!(v["consumers"], json!(0));
+    let stop = rmq::CancellationToken::new();
+    let run = {
+        let (topic, stop) = (topic.clone(), stop.clone());
+        tokio::spawn(async move {
+            topic
+                .consumer()
+                .serial("workers")
+                .run(stop, |_| async { rmq::Outcome::Ack })
+                .await
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let v = loop {
+        let (_, v) = s.get("/api/v1/topics/g/groups").await;
+        let owned = v["leases"]
+            .as_array()
+            .is_some_and(|l| l.iter().all(|l| l["owner"].is_string()));
+        if owned && v["consumers"] == json!(1) {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "never owned: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let g = &v["groups"][0];
+    assert_eq!(g["name"], json!("workers"));
+    let member = &g["members"][0];
+    assert_eq!(member["alive"], json!(true));
+    assert_eq!(member["slots"], json!([0, 1, 2, 3]));
+    for l in v["leases"].as_array().unwrap() {
+        assert_eq!(l["owner"], member["id"]);
+        assert!(l["epoch"].as_u64().unwrap() >= 1, "{l}");
+    }
+    let text = s
+        .http
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "rmq_consumers{topic=\"g\"} 1",
+        "rmq_serial_members{topic=\"g\",group=\"workers\"} 1",
+        "rmq_serial_owners{topic=\"g\",group=\"workers\"} 1",
+        "rmq_serial_unowned_slots{topic=\"g\"} 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in:\n{text}"
+        );
+    }
+    stop.cancel();
+    run.await.unwrap().unwrap();
+    let (status, _) = s.get("/api/v1/topics/nope/groups").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

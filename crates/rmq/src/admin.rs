@@ -85,8 +85,23 @@ pub struct TopicStats {
     pub total: Stats,
     /// Index = slot.
     pub slots: Vec<Stats>,
+    /// Serial mode's lease of each slot (index = slot): who owns it now,
+    /// under which epoch, until when.
+    pub leases: Vec<SlotLease>,
     /// Server time of the reading (Unix ms).
     pub server_ms: i64,
+}
+
+/// A slot's serial-mode lease as a reading saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SlotLease {
+    /// The member holding it now; `None` when nobody does (never taken,
+    /// released, or expired).
+    pub owner: Option<String>,
+    /// Its fencing epoch: grows on every change of owner, never resets.
+    pub epoch: u64,
+    /// When the lease ends unless renewed (Unix ms; 0 when never taken).
+    pub until_ms: i64,
 }
 
 /// A pending message, as peek shows it.
@@ -162,10 +177,17 @@ impl Topic {
         let replies = self.per_slot(|keys, _| admin::stats(keys, kind)).await?;
         let mut total = Stats::default();
         let mut slots = Vec::with_capacity(replies.len());
+        let mut leases = Vec::with_capacity(replies.len());
         let mut server_ms = 0;
         for v in replies {
             let r = SlotStats::parse(v);
             server_ms = r.now;
+            leases.push(SlotLease {
+                owner: (!r.lease_owner.is_empty())
+                    .then(|| String::from_utf8_lossy(&r.lease_owner).into_owned()),
+                epoch: r.lease_epoch,
+                until_ms: r.lease_until_ms,
+            });
             let mut s = Stats {
                 pending: r.pending,
                 due_now: r.due_now,
@@ -196,6 +218,7 @@ impl Topic {
         Ok(TopicStats {
             total,
             slots,
+            leases,
             server_ms,
         })
     }

@@ -99,11 +99,12 @@ mod slot;
 mod topic;
 mod value;
 
-pub use admin::{DeadLetter, DeadSelection, Pending, Stats, TopicStats};
+pub use admin::{DeadLetter, DeadSelection, Pending, SlotLease, Stats, TopicStats};
 pub use client::{redact, Client, ClientOptions, Deleted, Password, ServerWarning, TlsOptions};
 pub use consumer::{ConsumerBuilder, Deliveries, Delivery, LeaseLost, Outcome, RunReport};
 pub use control::{
-    CancelOutcome, DeadInfo, Lookup, Parked, PauseReport, Reschedule, Rescheduled, State,
+    CancelOutcome, DeadInfo, GroupMember, Lookup, Parked, PauseReport, Reschedule, Rescheduled,
+    SerialGroup, SerialView, State,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use group::{Coordinator, LeaseReply};

@@ -1,7 +1,7 @@
 //! What the library records through the `metrics` facade, so that an
 //! application exports it with the recorder of its choice (Prometheus,
 //! StatsD, ...; nothing is recorded without one, at the cost of a branch).
-//! Every metric has a `topic` label.
+//! Every metric but the Redis round trip has a `topic` label.
 //!
 //! - `rmq_deliveries_total`: deliveries handed to this process.
 //! - `rmq_delivery_lateness_seconds`: time-based topics, how long after its
@@ -13,6 +13,10 @@
 //! - `rmq_lease_extensions_total`, `rmq_fenced_total` (serial mode: calls
 //!   refused because this consumer no longer holds the slot),
 //!   `rmq_wakeups_total` (notices received).
+//! - `rmq_redis_call_duration_seconds` (`script`: send, pop, settle, ...):
+//!   one round trip to Redis, a pipeline of calls of that script (the one
+//!   metric labelled by script rather than topic: a round trip may serve
+//!   several topics; recorded in `conn`, which sits below this module).
 //!
 //! A program that runs its handlers itself (on [`Deliveries`](crate::Deliveries))
 //! records them with [`handled`], as `rmq consume` does.

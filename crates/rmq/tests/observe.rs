@@ -109,4 +109,14 @@ async fn a_consumer_records_deliveries_lateness_handlers_and_wakeups() {
             > 0,
         "{counters:?}"
     );
+    // Every round trip to Redis is timed, by script.
+    for script in ["send", "pop", "settle"] {
+        let n = histograms
+            .get(&format!(
+                "rmq_redis_call_duration_seconds{{script={script}}}"
+            ))
+            .copied()
+            .unwrap_or(0);
+        assert!(n > 0, "no {script} round trips timed: {histograms:?}");
+    }
 }

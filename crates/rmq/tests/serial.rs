@@ -248,3 +248,62 @@ async fn members_joining_and_leaving_never_overlap_a_slot() {
         log.lock().unwrap().iter().map(|e| (e.0, e.1)).collect();
     assert!(fences.len() > 16, "owners changed during the run");
 }
+
+#[tokio::test]
+async fn the_groups_view_shows_each_member_and_the_slots_it_owns() {
+    let (_s, _c, topic) = setup(TopicKind::Priority, 8).await;
+    let view = topic.serial_groups().await.unwrap();
+    assert!(view.groups.is_empty() && view.leases.iter().all(|l| l.owner.is_none()));
+    let stop = CancellationToken::new();
+    let members: Vec<_> = (0..2)
+        .map(|_| {
+            let (topic, stop) = (topic.clone(), stop.clone());
+            tokio::spawn(async move {
+                topic
+                    .consumer()
+                    .serial("g")
+                    .run(stop, |_| async { Outcome::Ack })
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    // Both members join and split the eight slots between them.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let view = loop {
+        let v = topic.serial_groups().await.unwrap();
+        let settled = v.groups.len() == 1
+            && v.groups[0].members.len() == 2
+            && v.groups[0].members.iter().all(|m| !m.slots.is_empty())
+            && v.leases.iter().all(|l| l.owner.is_some());
+        if settled {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "never settled: {v:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let g = &view.groups[0];
+    assert_eq!(g.name, "g");
+    let mut owned: Vec<u32> = g.members.iter().flat_map(|m| m.slots.clone()).collect();
+    owned.sort();
+    assert_eq!(owned, (0..8).collect::<Vec<_>>(), "each slot has one owner");
+    for m in &g.members {
+        assert!(m.alive && m.deadline_ms > view.server_ms, "{m:?}");
+        for &s in &m.slots {
+            let lease = &view.leases[s as usize];
+            assert_eq!(lease.owner.as_deref(), Some(m.id.as_str()));
+            assert!(
+                lease.epoch >= 1 && lease.until_ms > view.server_ms,
+                "{lease:?}"
+            );
+        }
+    }
+    stop.cancel();
+    for m in members {
+        m.await.unwrap();
+    }
+    // Members that left are gone from the view, and so are their leases.
+    let after = topic.serial_groups().await.unwrap();
+    assert!(after.groups[0].members.is_empty(), "{after:?}");
+    assert!(after.leases.iter().all(|l| l.owner.is_none()));
+}

@@ -152,10 +152,7 @@ impl Client {
 async fn refuse_if_in_use(topic: &Topic) -> Result<()> {
     let t = topic.stats().await?.total;
     let held = t.pending + t.retry_waiting + t.in_flight + t.behind_in_flight + t.dead;
-    let consumers = topic
-        .redis()
-        .subscribers(&topic.channels(), topic.ctx.is_cluster())
-        .await?;
+    let consumers = topic.consumers().await?;
     if held == 0 && consumers == 0 {
         return Ok(());
     }

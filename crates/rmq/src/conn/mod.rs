@@ -282,12 +282,14 @@ impl Redis {
                 Some(_) => self.wait_conn().await?,
                 None => self.conn.clone(),
             };
+            let started = std::time::Instant::now();
             let results = match &conn {
                 Conn::Single(_) => single_pipeline(conn, &calls, &pending, wait).await?,
                 Conn::Cluster(_) => {
                     cluster_each(&conn, &calls, &pending, wait, self.failover_window).await
                 }
             };
+            round_trip_timed(calls[pending[0]].0, started.elapsed());
             let mut missing = Vec::new();
             for (&i, (r, acked)) in pending.iter().zip(results) {
                 match r {
@@ -346,6 +348,13 @@ impl Redis {
             .pop()
             .unwrap_or_else(|| Err(Error::new(ErrorKind::Redis, "script result missing")))
     }
+}
+
+/// `rmq_redis_call_duration_seconds` (see `observe.rs`): one round trip,
+/// labelled by the script of its calls.
+fn round_trip_timed(script: ScriptId, took: std::time::Duration) {
+    metrics::histogram!("rmq_redis_call_duration_seconds", "script" => script.name())
+        .record(took.as_secs_f64());
 }
 
 fn is_function_missing(e: &redis::RedisError) -> bool {

@@ -11,12 +11,16 @@
 //! `_in` variants take that basis.
 //!
 //! One file per operation: `lookup.rs`, `cancel.rs`, `reschedule.rs`,
-//! `pause.rs`; the types they answer with are here.
+//! `pause.rs`, and `groups.rs` (who serves a topic in serial mode); the
+//! types they answer with are here.
 
 mod cancel;
+mod groups;
 mod lookup;
 mod pause;
 mod reschedule;
+
+pub use groups::{GroupMember, SerialGroup, SerialView};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::MAX_KEY_BYTES;

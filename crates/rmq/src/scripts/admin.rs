@@ -37,6 +37,10 @@ pub(crate) struct SlotStats {
     pub(crate) behind_in_flight: u64,
     pub(crate) dead: u64,
     pub(crate) paused: bool,
+    /// The serial lease: its live owner (empty when none), epoch and expiry.
+    pub(crate) lease_owner: Vec<u8>,
+    pub(crate) lease_epoch: u64,
+    pub(crate) lease_until_ms: i64,
     /// (counter name, value), as the slot's counter hash holds them.
     pub(crate) counters: Vec<(Vec<u8>, u64)>,
 }
@@ -57,7 +61,7 @@ impl SlotStats {
     pub(crate) fn parse(reply: Value) -> SlotStats {
         let a = items(reply);
         let counters = a
-            .get(8..)
+            .get(11..)
             .unwrap_or_default()
             .chunks_exact(2)
             .map(|p| {
@@ -74,6 +78,9 @@ impl SlotStats {
             behind_in_flight: count(&a, 5),
             dead: count(&a, 6),
             paused: count(&a, 7) == 1,
+            lease_owner: bytes_at(&a, 8).unwrap_or_default(),
+            lease_epoch: count(&a, 9),
+            lease_until_ms: int_at(&a, 10).unwrap_or(0),
             counters,
         }
     }
@@ -266,6 +273,7 @@ mod tests {
             [7, 5, 3, 1, 2, 0, 4, 1]
                 .map(Value::Int)
                 .into_iter()
+                .chain([bulk("m1"), Value::Int(3), Value::Int(99)])
                 .chain([bulk("sent"), bulk("9"), bulk("acked"), Value::Int(6)])
                 .collect(),
         );
@@ -273,6 +281,10 @@ mod tests {
         assert_eq!(
             (s.now, s.pending, s.due_now, s.dead, s.paused),
             (7, 5, 3, 4, true)
+        );
+        assert_eq!(
+            (s.lease_owner.as_slice(), s.lease_epoch, s.lease_until_ms),
+            (&b"m1"[..], 3, 99)
         );
         assert_eq!(
             s.counters,

@@ -29,29 +29,6 @@ impl Library {
     }
 }
 
-fn snake(id: ScriptId) -> &'static str {
-    match id {
-        ScriptId::Send => "send",
-        ScriptId::Pop => "pop",
-        ScriptId::Settle => "settle",
-        ScriptId::Stats => "stats",
-        ScriptId::Peek => "peek",
-        ScriptId::DeadList => "dead_list",
-        ScriptId::DeadRequeue => "dead_requeue",
-        ScriptId::DeadPurge => "dead_purge",
-        ScriptId::DefineTopic => "define_topic",
-        ScriptId::Lease => "lease",
-        ScriptId::Membership => "membership",
-        ScriptId::Get => "get",
-        ScriptId::Cancel => "cancel",
-        ScriptId::Reschedule => "reschedule",
-        ScriptId::Pause => "pause",
-        ScriptId::ReplaceTopic => "replace_topic",
-        ScriptId::DropSlot => "drop_slot",
-        ScriptId::Groups => "groups",
-    }
-}
-
 /// The library, built on first use.
 pub(crate) fn library() -> &'static Library {
     static LIB: OnceLock<Library> = OnceLock::new();
@@ -73,7 +50,7 @@ pub(crate) fn library() -> &'static Library {
         let mut code = format!("#!lua name={name}\n");
         let mut names = Vec::new();
         for (id, flags, body) in body_parts {
-            let fname = format!("{name}_{}", snake(id));
+            let fname = format!("{name}_{}", id.name());
             code.push_str(&format!(
                 "redis.register_function{{function_name='{fname}', flags={{{}}}, callback=function(KEYS, ARGV)\n{body}\nend}}\n",
                 flags.join(",")

@@ -137,6 +137,31 @@ impl ScriptId {
 }
 
 impl ScriptId {
+    /// The script's name in snake case: its Function's suffix, and the
+    /// `script` label of `rmq_redis_call_duration_seconds`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ScriptId::Send => "send",
+            ScriptId::Pop => "pop",
+            ScriptId::Settle => "settle",
+            ScriptId::Stats => "stats",
+            ScriptId::Peek => "peek",
+            ScriptId::DeadList => "dead_list",
+            ScriptId::DeadRequeue => "dead_requeue",
+            ScriptId::DeadPurge => "dead_purge",
+            ScriptId::DefineTopic => "define_topic",
+            ScriptId::Lease => "lease",
+            ScriptId::Membership => "membership",
+            ScriptId::Get => "get",
+            ScriptId::Cancel => "cancel",
+            ScriptId::Reschedule => "reschedule",
+            ScriptId::Pause => "pause",
+            ScriptId::ReplaceTopic => "replace_topic",
+            ScriptId::DropSlot => "drop_slot",
+            ScriptId::Groups => "groups",
+        }
+    }
+
     /// Whether a second run of one call (same request key, KEYS[11])
     /// returns the first run's answer and changes nothing: the calls that
     /// write and must not be applied twice.

@@ -4,7 +4,8 @@
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')
 -- Returns: { now, pending, due now, retry waiting, in flight, waiting behind in flight,
---            dead, paused (1 or 0), counter name, counter value, ... }
+--            dead, paused (1 or 0), serial lease owner ('' when none holds it
+--            now), lease epoch, lease until ms, counter name, counter value, ... }
 
 local kind = ARGV[1]
 local now = now_ms()
@@ -27,6 +28,15 @@ local res = {
   now, pending, due, redis.call('ZCARD', K.r), redis.call('ZCARD', K.f),
   parked, redis.call('ZCARD', K.x), redis.call('HEXISTS', K.l, 'paused'),
 }
+local l = redis.call('HMGET', K.l, 'owner', 'epoch', 'until')
+local until_ms = tonumber(l[3] or '0') or 0
+local owner = l[1] or ''
+if until_ms <= now then
+  owner = ''
+end
+res[#res + 1] = owner
+res[#res + 1] = tonumber(l[2] or '0') or 0
+res[#res + 1] = until_ms
 local m = redis.call('HGETALL', K.m)
 for i = 1, #m do
   res[#res + 1] = m[i]
