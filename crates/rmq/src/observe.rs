@@ -18,10 +18,26 @@
 //!   metric labelled by script rather than topic: a round trip may serve
 //!   several topics; recorded in `conn`, which sits below this module).
 //!
+//! **Tracing.** Spans carry OpenTelemetry's messaging attribute names,
+//! so a `tracing-opentelemetry` layer exports them as messaging spans
+//! (`otel.name` and `otel.kind` set the exported name and kind):
+//!
+//! | span | `messaging.operation.type` | `otel.kind` | other fields |
+//! |---|---|---|---|
+//! | `rmq.send` | `send` | producer | `messaging.batch.message_count` |
+//! | `rmq.receive` | `receive` | consumer | `messaging.batch.message_count` (recorded after the pop) |
+//! | `rmq.settle` | `settle` | consumer | `messaging.batch.message_count` |
+//! | `rmq.process` | `process` | consumer | `messaging.rmq.message.key`, `messaging.rmq.message.attempt`, `messaging.destination.partition.id` (the slot) |
+//!
+//! Every span has `messaging.system = "rmq"` and
+//! `messaging.destination.name` (the topic). All are at INFO level; with
+//! no subscriber, or one that filters them out, a span costs one check.
+//!
 //! A program that runs its handlers itself (on [`Deliveries`](crate::Deliveries))
 //! records them with [`handled`], as `rmq consume` does.
 
 use metrics::{counter, histogram};
+use tracing::{field, info_span, Span};
 
 use crate::message::Received;
 
@@ -52,4 +68,59 @@ pub(crate) fn fenced(topic: &str) {
 
 pub(crate) fn woken(topic: &str) {
     counter!("rmq_wakeups_total", "topic" => topic.to_string()).increment(1);
+}
+
+/// The span of one send call (a batch of `count` messages).
+pub(crate) fn send_span(topic: &str, count: usize) -> Span {
+    info_span!(
+        "rmq.send",
+        "otel.name" = format!("send {topic}"),
+        "otel.kind" = "producer",
+        "messaging.system" = "rmq",
+        "messaging.destination.name" = topic,
+        "messaging.operation.type" = "send",
+        "messaging.batch.message_count" = count,
+    )
+}
+
+/// The span of one pop round; `messaging.batch.message_count` is recorded
+/// once the replies are read.
+pub(crate) fn receive_span(topic: &str) -> Span {
+    info_span!(
+        "rmq.receive",
+        "otel.name" = format!("receive {topic}"),
+        "otel.kind" = "consumer",
+        "messaging.system" = "rmq",
+        "messaging.destination.name" = topic,
+        "messaging.operation.type" = "receive",
+        "messaging.batch.message_count" = field::Empty,
+    )
+}
+
+/// The span of one settle round trip (`count` acks, nacks and the like).
+pub(crate) fn settle_span(topic: &str, count: usize) -> Span {
+    info_span!(
+        "rmq.settle",
+        "otel.name" = format!("settle {topic}"),
+        "otel.kind" = "consumer",
+        "messaging.system" = "rmq",
+        "messaging.destination.name" = topic,
+        "messaging.operation.type" = "settle",
+        "messaging.batch.message_count" = count,
+    )
+}
+
+/// The span of one handler run, from the delivery to its settle.
+pub(crate) fn process_span(m: &Received) -> Span {
+    info_span!(
+        "rmq.process",
+        "otel.name" = format!("process {}", m.topic),
+        "otel.kind" = "consumer",
+        "messaging.system" = "rmq",
+        "messaging.destination.name" = &*m.topic,
+        "messaging.operation.type" = "process",
+        "messaging.destination.partition.id" = m.slot,
+        "messaging.rmq.message.key" = %String::from_utf8_lossy(&m.key),
+        "messaging.rmq.message.attempt" = m.attempt,
+    )
 }

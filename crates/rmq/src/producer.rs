@@ -64,6 +64,12 @@ impl Topic {
     /// first: if any is invalid, the call is refused and nothing is written.
     /// Messages with the same key in one batch merge in order.
     pub async fn send_batch(&self, messages: &[Message]) -> Result<BatchReport> {
+        use tracing::Instrument;
+        let span = crate::observe::send_span(self.name(), messages.len());
+        self.send_batch_traced(messages).instrument(span).await
+    }
+
+    async fn send_batch_traced(&self, messages: &[Message]) -> Result<BatchReport> {
         let settings = self.settings().await?;
         let spec = &settings.spec;
         let specs = self.check_batch(spec, messages)?;

@@ -266,7 +266,15 @@ impl Fetcher {
             fences,
         } = self.pop_calls(slots, cap, &settings.args);
         let since = self.shared.lock().generation();
-        let replies = self.topic.redis().run(calls).await?;
+        let span = crate::observe::receive_span(self.topic.name());
+        let replies = {
+            use tracing::Instrument;
+            self.topic
+                .redis()
+                .run(calls)
+                .instrument(span.clone())
+                .await?
+        };
         self.error_backoff = Duration::from_millis(50);
         let mut out = Vec::new();
         for ((&slot, reply), fence) in chosen.iter().zip(replies).zip(fences) {
@@ -294,6 +302,7 @@ impl Fetcher {
                 out.push((msg, fence.clone()));
             }
         }
+        span.record("messaging.batch.message_count", out.len());
         Ok(out)
     }
 

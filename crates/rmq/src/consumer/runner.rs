@@ -109,9 +109,13 @@ impl ConsumerBuilder {
                         // The lease as it is now (an update changes it).
                         let lease = Duration::from_millis(topic.spec().lease_ms);
                         let (name, hard) = (topic.name().to_string(), hard_stop.clone());
+                        let span = crate::observe::process_span(d.message());
                         tasks.spawn(async move {
+                            use tracing::Instrument;
                             let started = std::time::Instant::now();
-                            let ended = handle(d, h, lease, auto_extend, hard).await;
+                            let ended = handle(d, h, lease, auto_extend, hard)
+                                .instrument(span)
+                                .await;
                             let secs = started.elapsed().as_secs_f64();
                             crate::observe::handled(&name, ended.name(), secs);
                             ended

@@ -137,7 +137,12 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
             groups.push(chunk);
         }
     }
-    match topic.redis().run(calls).await {
+    let span = crate::observe::settle_span(topic.name(), groups.iter().map(Vec::len).sum());
+    let replies = {
+        use tracing::Instrument;
+        topic.redis().run(calls).instrument(span).await
+    };
+    match replies {
         Ok(replies) => {
             for (reply, group) in replies.into_iter().zip(groups) {
                 match reply {
