@@ -4,5 +4,5 @@
 # (and stops) a throwaway redis-server on a free loopback port.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/ensure-deps.sh
+bash scripts/ensure-deps.sh --demo
 exec cargo run -q --release -p rmq-cli -- demo "$@"

@@ -1,44 +1,76 @@
 #!/usr/bin/env bash
 # Installs what rmq's tests and demo need on Debian 12 (Rust assumed present):
-# redis-server, plus redis-cli and redis-benchmark (package redis-tools,
-# pulled in by redis-server), faketime (the chaos suite's clock-skew
-# scenario) and promtool (package prometheus: the metrics tests check the
-# scrape with it; no Prometheus server is started). Idempotent and silent
-# when all is present.
-# It never starts a Redis service itself; tests run their own throwaway
-# servers on free loopback ports and never use 6379.
+# - redis-server, plus redis-cli and redis-benchmark (package redis-tools);
+# - faketime (the chaos suite's clock-skew scenario);
+# - promtool (package prometheus: the metrics tests check the scrape with
+#   it; no Prometheus server is started);
+# - Node.js, npm and Chromium (Debian's packages) and the dashboard tests'
+#   npm packages (playwright-core, from crates/rmq-serve/e2e/package-lock.json;
+#   it drives Debian's Chromium and never downloads a browser);
+# - schemathesis (PyPI; the OpenAPI property tests), in a virtualenv under
+#   target/ so nothing is installed into the system's Python.
+# With --demo, only what the demo needs (redis-server).
+# Idempotent and silent when all is present. It never starts a service:
+# tests run their own throwaway servers on free loopback ports.
 set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+demo=false
+[[ ${1:-} == --demo ]] && demo=true
+
+if $demo; then
+    tools=(redis-server redis-cli)
+    packages=(redis-server redis-tools)
+else
+    tools=(redis-server redis-cli redis-benchmark faketime promtool node npm chromium)
+    packages=(redis-server redis-tools faketime prometheus nodejs npm chromium)
+    # Debian's python3 makes virtualenvs only with python3-venv.
+    python3 -c 'import ensurepip, venv' 2>/dev/null || packages+=(python3-venv) tools+=(python3-venv-missing)
+fi
 
 missing=()
-for tool in redis-server redis-cli redis-benchmark faketime promtool; do
+for tool in "${tools[@]}"; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
 
-echo "ensure-deps: missing ${missing[*]}; installing redis-server, redis-tools, faketime, prometheus" >&2
-
-if [[ $(id -u) -eq 0 ]]; then
-    sudo=()
-elif command -v sudo >/dev/null 2>&1; then
-    sudo=(sudo)
-else
-    echo "ensure-deps: not root and no sudo; install redis-server manually" >&2
-    exit 1
-fi
-
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "ensure-deps: apt-get not found; install redis-server manually" >&2
-    exit 1
-fi
-
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq
-"${sudo[@]}" apt-get install -y -qq redis-server redis-tools faketime prometheus >/dev/null
-
-for tool in redis-server redis-cli redis-benchmark faketime promtool; do
-    if ! command -v "$tool" >/dev/null 2>&1; then
-        echo "ensure-deps: $tool still missing after install" >&2
+if [[ ${#missing[@]} -gt 0 ]]; then
+    echo "ensure-deps: missing ${missing[*]}; installing ${packages[*]}" >&2
+    if [[ $(id -u) -eq 0 ]]; then
+        sudo=()
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo=(sudo)
+    else
+        echo "ensure-deps: not root and no sudo; install ${packages[*]} by hand" >&2
         exit 1
     fi
-done
-echo "ensure-deps: $(redis-server --version)" >&2
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "ensure-deps: apt-get not found; install ${packages[*]} by hand" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo[@]}" apt-get update -qq
+    "${sudo[@]}" apt-get install -y -qq "${packages[@]}" >/dev/null
+    for tool in "${tools[@]}"; do
+        [[ $tool == python3-venv-missing ]] && continue
+        if ! command -v "$tool" >/dev/null 2>&1; then
+            echo "ensure-deps: $tool still missing after install" >&2
+            exit 1
+        fi
+    done
+    echo "ensure-deps: $(redis-server --version)" >&2
+fi
+
+$demo && exit 0
+
+e2e=crates/rmq-serve/e2e
+if [[ ! -d $e2e/node_modules/playwright-core ]]; then
+    echo "ensure-deps: installing the dashboard tests' npm packages" >&2
+    npm ci --prefix "$e2e" --no-audit --no-fund --loglevel=error >/dev/null
+fi
+
+venv=target/schemathesis
+if [[ ! -x $venv/bin/schemathesis ]]; then
+    echo "ensure-deps: installing schemathesis into $venv" >&2
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==4.32.5" >&2
+fi

@@ -71,6 +71,12 @@ fn act(st: &AppState, headers: &HeaderMap) -> ApiResult<()> {
     st.options.access.check(headers)
 }
 
+/// After an action that changes the topic list or a topic's state: the
+/// dashboard's overview reads anew at once.
+fn changed(st: &AppState) {
+    st.history.poke();
+}
+
 async fn topic_view(t: &Topic) -> ApiResult<Value> {
     let stats = t.stats().await?;
     let spec = t.spec();
@@ -140,6 +146,7 @@ async fn create_topic(
     act(&st, &headers)?;
     let spec = body(b)?.spec();
     let t = st.client.define_topic(spec).await?;
+    changed(&st);
     Ok((StatusCode::CREATED, Json(topic_view(&t).await?)))
 }
 
@@ -201,6 +208,7 @@ async fn delete_topic(
 ) -> ApiResult<Json<Value>> {
     act(&st, &headers)?;
     let d = st.client.delete_topic(&name, q.force).await?;
+    changed(&st);
     Ok(Json(
         json!({ "deleted": true, "messages": d.messages, "slots": d.slots }),
     ))
@@ -235,6 +243,7 @@ async fn set_paused(
     } else {
         t.resume().await?
     };
+    changed(&st);
     Ok(Json(json!({
         "paused": paused,
         "slots": r.slots,

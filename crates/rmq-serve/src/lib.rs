@@ -9,14 +9,24 @@
 //! no page of another site can act in the user's name). Errors are one JSON
 //! shape, `{"error": {"kind", "message"}}`, with the library's error kind.
 //!
-//! Routes: `api.rs` (topics, messages by key, dead letters), `metrics.rs`
-//! (the scrape, cached per interval), `access.rs` (who may act),
-//! `error.rs` (the error shape and status codes).
+//! The dashboard at `/` is a page and a script embedded in the binary
+//! (nothing is fetched from elsewhere) that calls the same API; its
+//! overview and charts read the server's own samples of the last hour
+//! (`history.rs`), so opening it costs Redis nothing.
+//!
+//! Routes: `api.rs` (topics, messages by key, dead letters, serial
+//! groups), `panels.rs` (what only the dashboard needs: overview, history,
+//! per-slot arrays, the server's settings), `metrics.rs` (the scrape,
+//! cached per interval), `dashboard.rs` (the embedded assets),
+//! `access.rs` (who may act), `error.rs` (the error shape and status codes).
 
 mod access;
 mod api;
+mod dashboard;
 mod error;
+mod history;
 mod metrics;
+mod panels;
 pub mod views;
 
 use std::sync::Arc;
@@ -34,6 +44,9 @@ pub struct Options {
     /// How long one scrape's readings are reused (a scrape of many topics
     /// reads every slot of each: scraping faster than this costs nothing).
     pub scrape_cache: Duration,
+    /// How often the dashboard's samples are taken (one stats reading per
+    /// topic); an hour of them is kept.
+    pub sample_every: Duration,
 }
 
 impl Default for Options {
@@ -41,27 +54,43 @@ impl Default for Options {
         Options {
             access: Access::ReadOnly,
             scrape_cache: Duration::from_secs(5),
+            sample_every: Duration::from_secs(10),
         }
     }
 }
+
+/// How much history the dashboard's charts show.
+const HISTORY_SPAN: Duration = Duration::from_secs(3600);
 
 /// What every handler shares.
 pub(crate) struct AppState {
     pub(crate) client: rmq::Client,
     pub(crate) options: Options,
     pub(crate) scrape: metrics::Cache,
+    pub(crate) history: Arc<history::History>,
 }
 
-/// The server's routes over `client`.
+/// The server's routes over `client`. Called within a Tokio runtime, it
+/// also starts the dashboard's sampler (one task, stopped with the
+/// runtime).
 pub fn router(client: rmq::Client, options: Options) -> Router {
+    let history = Arc::new(history::History::new(options.sample_every, HISTORY_SPAN));
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(history.clone().run(client.clone()));
+    }
     let state = Arc::new(AppState {
         client,
         scrape: metrics::Cache::default(),
         options,
+        history,
     });
     Router::new()
-        .nest("/api/v1", api::routes(state.clone()))
+        .nest(
+            "/api/v1",
+            api::routes(state.clone()).merge(panels::routes(state.clone())),
+        )
         .route("/metrics", axum::routing::get(metrics::scrape))
+        .merge(dashboard::routes())
         .with_state(state)
 }
 

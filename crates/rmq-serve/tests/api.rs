@@ -27,6 +27,7 @@ impl Server {
         let options = Options {
             access,
             scrape_cache: Duration::from_millis(0),
+            sample_every: Duration::from_millis(200),
         };
         let router = rmq_serve::router(client.clone(), options);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -22,10 +22,13 @@ struct Seen {
     fields: BTreeMap<String, String>,
 }
 
+/// An event's message and the name of the span it happened in.
+type Event = (String, Option<&'static str>);
+
 #[derive(Clone, Default)]
 struct Recorder {
     spans: Arc<Mutex<BTreeMap<u64, Seen>>>,
-    events: Arc<Mutex<Vec<(String, Option<&'static str>)>>>,
+    events: Arc<Mutex<Vec<Event>>>,
 }
 
 struct Fields<'a>(&'a mut BTreeMap<String, String>);

@@ -1,4 +1,5 @@
-//! `rmq serve`: the HTTP JSON API and Prometheus metrics (`rmq-serve`)
+//! `rmq serve`: the web dashboard, the HTTP JSON API and Prometheus
+//! metrics (`rmq-serve`)
 //! over the prefix `--prefix` names.
 //!
 //! It binds loopback unless told otherwise. Actions (anything that changes
@@ -34,6 +35,10 @@ pub struct ServeArgs {
     /// How long one metrics scrape's readings are reused, in ms
     #[arg(long, value_name = "MS", default_value_t = 5000)]
     pub scrape_cache: u64,
+    /// How often the dashboard samples every topic (one stats reading per
+    /// topic), in ms; an hour of samples is kept
+    #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub sample_every: u64,
 }
 
 fn access(a: &ServeArgs) -> CliResult<Access> {
@@ -80,11 +85,13 @@ pub async fn run(g: &Global, a: ServeArgs) -> CliResult {
         Access::Unauthenticated => "actions WITHOUT authentication",
     };
     output::note(&format!(
-        "serving http://{addr}/api/v1 and http://{addr}/metrics ({mode}); Ctrl-C stops"
+        "serving the dashboard at http://{addr}/, the API under /api/v1 and metrics at \
+         /metrics ({mode}); Ctrl-C stops"
     ));
     let options = Options {
         access,
         scrape_cache: Duration::from_millis(a.scrape_cache),
+        sample_every: Duration::from_millis(a.sample_every),
     };
     let mut term = signal(SignalKind::terminate())
         .map_err(|e| CliError::runtime(format!("cannot listen for SIGTERM: {e}")))?;

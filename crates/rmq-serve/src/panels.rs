@@ -1,0 +1,98 @@
+//! What only the dashboard needs, beside the API proper: the overview of
+//! every topic and one topic's last hour (both from the server's samples,
+//! no Redis call), a topic's slots as compact arrays (a heat map of 65,536
+//! slots would be megabytes as objects), and the server's settings that
+//! change what the page offers (whether actions exist, and need a token).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use crate::access::Access;
+use crate::error::{ApiError, ApiResult};
+use crate::AppState;
+
+type St = State<Arc<AppState>>;
+
+pub(crate) fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/server", get(server))
+        .route("/overview", get(overview))
+        .route("/topics/{topic}/history", get(history))
+        .route("/topics/{topic}/slots", get(slots))
+        .with_state(state)
+}
+
+async fn server(State(st): St) -> Json<Value> {
+    let access = match st.options.access {
+        Access::ReadOnly => "read-only",
+        Access::Token(_) => "token",
+        Access::Unauthenticated => "open",
+    };
+    Json(json!({
+        "access": access,
+        "actions": st.options.access.allows_actions(),
+        "sample_every_ms": st.history.every.as_millis() as u64,
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
+}
+
+async fn overview(State(st): St) -> Json<Value> {
+    let (topics, at_ms, error) = st.history.overview();
+    Json(json!({ "topics": topics, "at_ms": at_ms, "error": error }))
+}
+
+async fn history(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    match st.history.points(&name) {
+        Some(points) => Ok(Json(json!({
+            "every_ms": st.history.every.as_millis() as u64,
+            "points": points,
+        }))),
+        // Not sampled yet: known to Redis (an empty history) or not at all.
+        None => {
+            st.client.topic(&name).await.map_err(ApiError::from)?;
+            Ok(Json(json!({
+                "every_ms": st.history.every.as_millis() as u64,
+                "points": [],
+            })))
+        }
+    }
+}
+
+/// Per slot, index = slot: depth by state, the serial lease's owner
+/// (index into `owners`, -1 for none) and epoch.
+async fn slots(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    let s = st.client.topic(&name).await?.stats().await?;
+    let mut owners: Vec<&str> = Vec::new();
+    let owner_of: Vec<i64> = s
+        .leases
+        .iter()
+        .map(|l| match l.owner.as_deref() {
+            None => -1,
+            Some(o) => match owners.iter().position(|x| *x == o) {
+                Some(i) => i as i64,
+                None => {
+                    owners.push(o);
+                    owners.len() as i64 - 1
+                }
+            },
+        })
+        .collect();
+    let col = |f: fn(&rmq::Stats) -> u64| -> Vec<u64> { s.slots.iter().map(f).collect() };
+    Ok(Json(json!({
+        "due_now": col(|x| x.due_now),
+        "scheduled": col(|x| x.scheduled),
+        "retry_waiting": col(|x| x.retry_waiting),
+        "in_flight": col(|x| x.in_flight),
+        "parked": col(|x| x.behind_in_flight),
+        "dead": col(|x| x.dead),
+        "paused": col(|x| x.paused_slots),
+        "owner": owner_of,
+        "owners": owners,
+        "epoch": s.leases.iter().map(|l| l.epoch).collect::<Vec<_>>(),
+        "server_ms": s.server_ms,
+    })))
+}
