@@ -15,8 +15,9 @@ use axum::{Json, Router};
 use rmq::{CancelOutcome, DeadSelection, Message, Reschedule, Topic, TopicSpec};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::views::{lossy, LookupJson};
 use crate::AppState;
 
@@ -56,6 +57,15 @@ pub(crate) fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .with_state(state)
 }
 
+/// Any other path under `/api/v1`: the error shape, not an empty 404.
+pub(crate) async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        format!("no API route {}", uri.path()),
+    )
+}
+
 /// A JSON body, or the API's error shape when it cannot be read.
 fn body<T>(b: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
     b.map(|Json(v)| v).map_err(|e| {
@@ -88,6 +98,18 @@ async fn topic_view(t: &Topic) -> ApiResult<Value> {
     }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/topics",
+    tag = "topics",
+    summary = "Every topic with its definition and totals",
+    responses(
+        (status = 200, description = "The topics", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn list_topics(State(st): St) -> ApiResult<Json<Value>> {
     let mut out = Vec::new();
     for spec in st.client.topics().await? {
@@ -96,17 +118,49 @@ async fn list_topics(State(st): St) -> ApiResult<Json<Value>> {
     Ok(Json(json!({ "topics": out })))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/topics/{topic}",
+    tag = "topics",
+    summary = "One topic: definition, totals, paused",
+    params(("topic" = String, Path, description = "Topic name", example = "p")),
+    responses(
+        (status = 200, description = "The topic", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn show_topic(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Value>> {
     Ok(Json(topic_view(&topic(&st, &name).await?).await?))
 }
 
+/// A topic's kind (the library's `TopicKind`).
+#[derive(Deserialize, ToSchema, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Kind {
+    RangeMerge,
+    Priority,
+    FixedTime,
+}
+
+impl From<Kind> for rmq::TopicKind {
+    fn from(k: Kind) -> Self {
+        match k {
+            Kind::RangeMerge => rmq::TopicKind::RangeMerge,
+            Kind::Priority => rmq::TopicKind::Priority,
+            Kind::FixedTime => rmq::TopicKind::FixedTime,
+        }
+    }
+}
+
 /// A topic to create: its name and kind, and any settings that differ
 /// from the defaults (the same names as a stored definition).
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CreateBody {
+pub(crate) struct CreateBody {
     name: String,
-    kind: rmq::TopicKind,
+    kind: Kind,
     slots: Option<u32>,
     lease_ms: Option<u64>,
     max_attempts: Option<u32>,
@@ -120,7 +174,7 @@ struct CreateBody {
 
 impl CreateBody {
     fn spec(self) -> TopicSpec {
-        let mut spec = TopicSpec::new(self.name, self.kind);
+        let mut spec = TopicSpec::new(self.name, self.kind.into());
         if let Some(n) = self.slots {
             spec = spec.slots(n);
         }
@@ -138,6 +192,23 @@ impl CreateBody {
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/topics",
+    tag = "topics",
+    summary = "Define a topic (an identical definition is accepted again)",
+    request_body = CreateBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "Defined", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+        (status = 403, description = "This server is read-only", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 409, description = "The state refuses it (in use, not waiting, another definition)", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn create_topic(
     State(st): St,
     headers: HeaderMap,
@@ -151,9 +222,9 @@ async fn create_topic(
 }
 
 /// The settings a PATCH may change (all optional).
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Settings {
+pub(crate) struct Settings {
     lease_ms: Option<u64>,
     max_attempts: Option<u32>,
     backoff_ms: Option<u64>,
@@ -182,6 +253,24 @@ impl Settings {
     }
 }
 
+#[utoipa::path(
+    patch,
+    path = "/api/v1/topics/{topic}",
+    tag = "topics",
+    summary = "Change a topic's settings (not its kind or slots)",
+    params(("topic" = String, Path, description = "Topic name", example = "p")),
+    request_body = Settings,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Updated", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+        (status = 403, description = "This server is read-only", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 409, description = "The state refuses it (in use, not waiting, another definition)", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn update_topic(
     State(st): St,
     Path(name): Path<String>,
@@ -194,12 +283,30 @@ async fn update_topic(
     Ok(Json(topic_view(&t).await?))
 }
 
-#[derive(Deserialize)]
-struct Force {
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct Force {
     #[serde(default)]
     force: bool,
 }
 
+#[utoipa::path(
+    delete,
+    path = "/api/v1/topics/{topic}",
+    tag = "topics",
+    summary = "Delete a topic (refused while it holds messages or has consumers, unless forced)",
+    params(("topic" = String, Path, description = "Topic name", example = "p"), Force),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Deleted", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+        (status = 403, description = "This server is read-only", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 409, description = "The state refuses it (in use, not waiting, another definition)", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn delete_topic(
     State(st): St,
     Path(name): Path<String>,
@@ -214,6 +321,23 @@ async fn delete_topic(
     ))
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/topics/{topic}/pause",
+    tag = "topics",
+    summary = "Pause: no delivery starts until resumed",
+    params(("topic" = String, Path, description = "Topic name", example = "p")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Paused", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+        (status = 403, description = "This server is read-only", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 409, description = "The state refuses it (in use, not waiting, another definition)", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn pause(
     State(st): St,
     Path(name): Path<String>,
@@ -222,6 +346,23 @@ async fn pause(
     set_paused(st, name, headers, true).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/topics/{topic}/resume",
+    tag = "topics",
+    summary = "Resume a paused topic",
+    params(("topic" = String, Path, description = "Topic name", example = "p")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Resumed", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+        (status = 403, description = "This server is read-only", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 409, description = "The state refuses it (in use, not waiting, another definition)", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn resume(
     State(st): St,
     Path(name): Path<String>,
@@ -252,12 +393,26 @@ async fn set_paused(
     })))
 }
 
-#[derive(Deserialize)]
-struct SlotsQuery {
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct SlotsQuery {
     #[serde(default)]
     slots: bool,
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/topics/{topic}/stats",
+    tag = "topics",
+    summary = "Depth per state and counters, in total and optionally per slot",
+    params(("topic" = String, Path, description = "Topic name", example = "p"), SlotsQuery),
+    responses(
+        (status = 200, description = "Stats", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn stats(
     State(st): St,
     Path(name): Path<String>,
@@ -271,12 +426,26 @@ async fn stats(
     Ok(Json(v))
 }
 
-#[derive(Deserialize)]
-struct Limit {
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct Limit {
     limit: Option<usize>,
     offset: Option<usize>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/topics/{topic}/peek",
+    tag = "topics",
+    summary = "The next pending messages in consumption order (takes nothing)",
+    params(("topic" = String, Path, description = "Topic name", example = "p"), Limit),
+    responses(
+        (status = 200, description = "Pending messages", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn peek(
     State(st): St,
     Path(name): Path<String>,
@@ -297,9 +466,9 @@ async fn peek(
 }
 
 /// One message to send.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SendLine {
+pub(crate) struct SendLine {
     payload: String,
     key: Option<String>,
     slot_basis: Option<String>,
@@ -342,13 +511,31 @@ impl SendLine {
 }
 
 /// One message, or `{"messages": [...]}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(untagged)]
-enum SendBody {
+pub(crate) enum SendBody {
     Batch { messages: Vec<SendLine> },
     One(SendLine),
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/topics/{topic}/messages",
+    tag = "messages",
+    summary = "Send one message, or a batch as an object with a messages array",
+    params(("topic" = String, Path, description = "Topic name", example = "p")),
+    request_body = SendBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Where each message went (merged or new)", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+        (status = 403, description = "This server is read-only", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 409, description = "The state refuses it (in use, not waiting, another definition)", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn send(
     State(st): St,
     Path(name): Path<String>,
@@ -393,11 +580,25 @@ async fn send(
     Ok(Json(json!({ "results": results })))
 }
 
-#[derive(Deserialize)]
-struct Basis {
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct Basis {
     slot_basis: Option<String>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/topics/{topic}/messages/{key}",
+    tag = "messages",
+    summary = "Where a key is and everything about it",
+    params(("topic" = String, Path, description = "Topic name", example = "p"), ("key" = String, Path, description = "Merge key", example = "k"), Basis),
+    responses(
+        (status = 200, description = "The key", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn lookup(
     State(st): St,
     Path((name, key)): Path<(String, String)>,
@@ -421,6 +622,23 @@ fn cancel_json(key: &str, o: CancelOutcome) -> Value {
     })
 }
 
+#[utoipa::path(
+    delete,
+    path = "/api/v1/topics/{topic}/messages/{key}",
+    tag = "messages",
+    summary = "Cancel a key's message (waiting: removed; in flight: never retried)",
+    params(("topic" = String, Path, description = "Topic name", example = "p"), ("key" = String, Path, description = "Merge key", example = "k"), Basis),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "What the cancel met", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+        (status = 403, description = "This server is read-only", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 409, description = "The state refuses it (in use, not waiting, another definition)", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn cancel_one(
     State(st): St,
     Path((name, key)): Path<(String, String)>,
@@ -435,13 +653,31 @@ async fn cancel_one(
     Ok(Json(cancel_json(&key, o)))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CancelBody {
+pub(crate) struct CancelBody {
     keys: Vec<String>,
     slot_basis: Option<String>,
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/topics/{topic}/cancel",
+    tag = "messages",
+    summary = "Cancel many keys",
+    params(("topic" = String, Path, description = "Topic name", example = "p")),
+    request_body = CancelBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "What each cancel met", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+        (status = 403, description = "This server is read-only", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 409, description = "The state refuses it (in use, not waiting, another definition)", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn cancel_many(
     State(st): St,
     Path(name): Path<String>,
@@ -470,15 +706,33 @@ async fn cancel_many(
     Ok(Json(json!({ "results": results })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RescheduleBody {
+pub(crate) struct RescheduleBody {
     at: Option<i64>,
     delay: Option<u64>,
     priority: Option<u32>,
     slot_basis: Option<String>,
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/topics/{topic}/messages/{key}/reschedule",
+    tag = "messages",
+    summary = "Give a waiting message a new due time or priority",
+    params(("topic" = String, Path, description = "Topic name", example = "p"), ("key" = String, Path, description = "Merge key", example = "k")),
+    request_body = RescheduleBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Rescheduled", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+        (status = 403, description = "This server is read-only", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 409, description = "The state refuses it (in use, not waiting, another definition)", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn reschedule(
     State(st): St,
     Path((name, key)): Path<(String, String)>,
@@ -513,6 +767,19 @@ async fn reschedule(
     })))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/topics/{topic}/dead",
+    tag = "dead letters",
+    summary = "Dead letters, newest first, by page",
+    params(("topic" = String, Path, description = "Topic name", example = "p"), Limit),
+    responses(
+        (status = 200, description = "A page of dead letters", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn dead_list(
     State(st): St,
     Path(name): Path<String>,
@@ -543,9 +810,9 @@ async fn dead_list(
 
 /// Which dead letters: `{"key": ".."}`, `{"all": true}`, or (purge)
 /// `{"older_than_ms": N}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct DeadBody {
+pub(crate) struct DeadBody {
     key: Option<String>,
     #[serde(default)]
     all: bool,
@@ -565,6 +832,24 @@ impl DeadBody {
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/topics/{topic}/dead/requeue",
+    tag = "dead letters",
+    summary = "Requeue dead letters: one key, all, or older than an age",
+    params(("topic" = String, Path, description = "Topic name", example = "p")),
+    request_body = DeadBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "How many were requeued", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+        (status = 403, description = "This server is read-only", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 409, description = "The state refuses it (in use, not waiting, another definition)", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn dead_requeue(
     State(st): St,
     Path(name): Path<String>,
@@ -577,6 +862,24 @@ async fn dead_requeue(
     Ok(Json(json!({ "requeued": requeued, "merged": merged })))
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/topics/{topic}/dead/purge",
+    tag = "dead letters",
+    summary = "Delete dead letters: one key, all, or older than an age",
+    params(("topic" = String, Path, description = "Topic name", example = "p")),
+    request_body = DeadBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "How many were deleted", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+        (status = 403, description = "This server is read-only", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 409, description = "The state refuses it (in use, not waiting, another definition)", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn dead_purge(
     State(st): St,
     Path(name): Path<String>,
@@ -589,6 +892,19 @@ async fn dead_purge(
     Ok(Json(json!({ "purged": purged })))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/topics/{topic}/groups",
+    tag = "serial groups",
+    summary = "Serial groups: members, heartbeat deadlines, slot owners and epochs",
+    params(("topic" = String, Path, description = "Topic name", example = "p")),
+    responses(
+        (status = 200, description = "The groups and every slot's lease", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn groups(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Value>> {
     let t = topic(&st, &name).await?;
     let view = t.serial_groups().await?;

@@ -58,6 +58,47 @@ impl From<rmq::Error> for ApiError {
     }
 }
 
+/// Turns the framework's own refusals (a query string or path it cannot
+/// read, a body too large, a method not allowed, a wrong content type:
+/// plain text) into the API's error shape, so that every 4xx and 5xx of
+/// the API is JSON.
+pub(crate) async fn as_error_shape(r: Response) -> Response {
+    let status = r.status();
+    let is_json = r
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return r;
+    }
+    let kind = match status {
+        StatusCode::NOT_FOUND => "NotFound",
+        StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "PayloadTooLarge",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "UnsupportedMediaType",
+        s if s.is_server_error() => "Internal",
+        _ => "InvalidArgument",
+    };
+    let (parts, body) = r.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let message = match text.trim() {
+        "" => status.canonical_reason().unwrap_or("error").to_string(),
+        t => t.to_string(),
+    };
+    let mut out = ApiError::new(status, kind, message).into_response();
+    // Keep what the refusal said besides its body (e.g. `Allow`).
+    for (name, value) in parts.headers.iter() {
+        if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({ "error": { "kind": self.kind, "message": self.message } });
@@ -66,3 +107,19 @@ impl IntoResponse for ApiError {
 }
 
 pub(crate) type ApiResult<T> = Result<T, ApiError>;
+
+/// The error shape, as the OpenAPI document describes it.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct ErrorBody {
+    error: ErrorDetail,
+}
+
+/// An error's kind (the library's `ErrorKind`, or `InvalidArgument`,
+/// `Unauthorized`, `ReadOnly`, `NotFound`) and a message for people.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct ErrorDetail {
+    kind: String,
+    message: String,
+}

@@ -17,7 +17,8 @@
 //! Routes: `api.rs` (topics, messages by key, dead letters, serial
 //! groups), `panels.rs` (what only the dashboard needs: overview, history,
 //! per-slot arrays, the server's settings), `metrics.rs` (the scrape,
-//! cached per interval), `dashboard.rs` (the embedded assets),
+//! cached per interval), `openapi.rs` (the API's OpenAPI document),
+//! `dashboard.rs` (the embedded assets),
 //! `access.rs` (who may act), `error.rs` (the error shape and status codes).
 
 mod access;
@@ -26,6 +27,7 @@ mod dashboard;
 mod error;
 mod history;
 mod metrics;
+mod openapi;
 mod panels;
 pub mod views;
 
@@ -87,7 +89,11 @@ pub fn router(client: rmq::Client, options: Options) -> Router {
     Router::new()
         .nest(
             "/api/v1",
-            api::routes(state.clone()).merge(panels::routes(state.clone())),
+            api::routes(state.clone())
+                .merge(panels::routes(state.clone()))
+                .route("/openapi.json", axum::routing::get(openapi::document))
+                .fallback(api::not_found)
+                .layer(axum::middleware::map_response(error::as_error_shape)),
         )
         .route("/metrics", axum::routing::get(metrics::scrape))
         .merge(dashboard::routes())

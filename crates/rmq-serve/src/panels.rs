@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 
 use crate::access::Access;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::AppState;
 
 type St = State<Arc<AppState>>;
@@ -26,6 +26,15 @@ pub(crate) fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .with_state(state)
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/server",
+    tag = "dashboard",
+    summary = "What this server allows (actions, token) and how often it samples",
+    responses(
+        (status = 200, description = "Settings", body = Object),
+    )
+)]
 async fn server(State(st): St) -> Json<Value> {
     let access = match st.options.access {
         Access::ReadOnly => "read-only",
@@ -40,11 +49,33 @@ async fn server(State(st): St) -> Json<Value> {
     }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/overview",
+    tag = "dashboard",
+    summary = "Every topic's last sample, and send and ack rates over the last minute",
+    responses(
+        (status = 200, description = "The overview", body = Object),
+    )
+)]
 async fn overview(State(st): St) -> Json<Value> {
     let (topics, at_ms, error) = st.history.overview();
     Json(json!({ "topics": topics, "at_ms": at_ms, "error": error }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/topics/{topic}/history",
+    tag = "dashboard",
+    summary = "One topic's samples of the last hour",
+    params(("topic" = String, Path, description = "Topic name", example = "p")),
+    responses(
+        (status = 200, description = "Samples, oldest first", body = Object),
+        (status = 400, description = "Not a topic name", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn history(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Value>> {
     match st.history.points(&name) {
         Some(points) => Ok(Json(json!({
@@ -64,6 +95,19 @@ async fn history(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Valu
 
 /// Per slot, index = slot: depth by state, the serial lease's owner
 /// (index into `owners`, -1 for none) and epoch.
+#[utoipa::path(
+    get,
+    path = "/api/v1/topics/{topic}/slots",
+    tag = "dashboard",
+    summary = "Per slot, index = slot: depth by state, lease owner and epoch",
+    params(("topic" = String, Path, description = "Topic name", example = "p")),
+    responses(
+        (status = 200, description = "Arrays per slot", body = Object),
+        (status = 400, description = "Not a topic name", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 async fn slots(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Value>> {
     let s = st.client.topic(&name).await?.stats().await?;
     let mut owners: Vec<&str> = Vec::new();

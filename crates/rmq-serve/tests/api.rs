@@ -255,6 +255,28 @@ async fn bad_input_is_a_4xx_with_the_error_shape_and_changes_nothing() {
     )
     .await;
     let cases: Vec<(reqwest::Method, &str, Option<Value>, StatusCode, &str)> = vec![
+        // The framework's own refusals come in the error shape too.
+        (
+            reqwest::Method::GET,
+            "/api/v1/topics/p/peek?limit=-1",
+            None,
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+        ),
+        (
+            reqwest::Method::GET,
+            "/api/v1/no/such/route",
+            None,
+            StatusCode::NOT_FOUND,
+            "NotFound",
+        ),
+        (
+            reqwest::Method::PUT,
+            "/api/v1/topics",
+            None,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+        ),
         (
             reqwest::Method::POST,
             "/api/v1/topics/p/messages",
