@@ -142,11 +142,12 @@ function sparkline(values) {
   return el;
 }
 
-/** Per-second rates between consecutive readings of a counter. */
+/** Per-second rates of a counter, each over the last few readings (sends
+ * come in bursts: a rate between two close readings would only show them). */
 function rates(points, field) {
+  const W = 5;
   return points.map((p, i) => {
-    if (i === 0) return 0;
-    const q = points[i - 1];
+    const q = points[Math.max(0, i - W)];
     const secs = (p.at_ms - q.at_ms) / 1000;
     return secs > 0 ? Math.max(0, p[field] - q[field]) / secs : 0;
   });
