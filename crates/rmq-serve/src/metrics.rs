@@ -82,6 +82,7 @@ async fn render(client: &rmq::Client) -> ApiResult<String> {
     .into_iter()
     .map(|(name, kind, help)| Family { name, kind, help, samples: Vec::new() })
     .collect();
+    let groups = client.serial_group_names().await?;
     for spec in client.topics().await? {
         let topic = client.topic(&spec.name).await?;
         let stats = topic.stats().await?;
@@ -132,7 +133,8 @@ async fn render(client: &rmq::Client) -> ApiResult<String> {
         families[12]
             .samples
             .push((topic_label.clone(), topic.consumers().await?));
-        let serial = topic.serial_groups_seen(&stats).await?;
+        let mine = groups.get(&spec.name).map_or(&[][..], Vec::as_slice);
+        let serial = topic.serial_groups_with(&stats, mine).await?;
         for g in &serial.groups {
             let labels = format!("topic=\"{label}\",group=\"{}\"", escape(&g.name));
             let alive = g.members.iter().filter(|m| m.alive).count() as u64;

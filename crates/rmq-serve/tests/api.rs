@@ -622,3 +622,87 @@ async fn serial_groups_show_members_owners_and_epochs() {
     let (status, _) = s.get("/api/v1/topics/nope/groups").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn the_dashboard_routes_answer_from_the_samples_and_the_slots() {
+    let s = Server::start(Access::ReadOnly).await;
+    let topic = s
+        .client
+        .define_topic(TopicSpec::new("d", TopicKind::FixedTime).slots(4))
+        .await
+        .unwrap();
+    for k in ["a", "b", "c"] {
+        topic
+            .send(rmq::Message::new("v").key(k).delay(Duration::ZERO))
+            .await
+            .unwrap();
+    }
+    // The sampler reads every topic on its own.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, v) = s.get("/api/v1/overview").await;
+        let d = v["topics"]
+            .as_array()
+            .and_then(|t| t.iter().find(|t| t["name"] == json!("d")).cloned());
+        if let Some(d) = d.filter(|d| d["last"]["due_now"] == json!(3)) {
+            assert_eq!(
+                (d["kind"].clone(), d["slots"].clone()),
+                (json!("fixed-time"), json!(4))
+            );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never sampled: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, h) = s.get("/api/v1/topics/d/history").await;
+    assert_eq!(status, StatusCode::OK);
+    let points = h["points"].as_array().unwrap();
+    assert!(!points.is_empty());
+    let times: Vec<i64> = points
+        .iter()
+        .map(|p| p["at_ms"].as_i64().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    assert_eq!(points.last().unwrap()["sent"], json!(3));
+
+    let (status, v) = s.get("/api/v1/topics/d/slots").await;
+    assert_eq!(status, StatusCode::OK);
+    let due: Vec<u64> = serde_json::from_value(v["due_now"].clone()).unwrap();
+    assert_eq!((due.len(), due.iter().sum::<u64>()), (4, 3));
+    assert_eq!(v["owner"], json!([-1, -1, -1, -1]));
+
+    let (_, v) = s.get("/api/v1/server").await;
+    assert_eq!(
+        (v["access"].clone(), v["actions"].clone()),
+        (json!("read-only"), json!(false))
+    );
+    for (path, status, kind) in [
+        (
+            "/api/v1/topics/nope/history",
+            StatusCode::NOT_FOUND,
+            "UnknownTopic",
+        ),
+        (
+            "/api/v1/topics/nope/slots",
+            StatusCode::NOT_FOUND,
+            "UnknownTopic",
+        ),
+        (
+            "/api/v1/topics/a%20b/history",
+            StatusCode::BAD_REQUEST,
+            "InvalidName",
+        ),
+    ] {
+        let (st, v) = s.get(path).await;
+        assert_eq!((st, error_kind(&v)), (status, kind), "{path}: {v}");
+    }
+    // The page itself, with the policy that keeps injected script inert.
+    let r = s.http.get(s.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let csp = r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(csp.contains("script-src 'self'"), "{csp}");
+    assert!(r.text().await.unwrap().contains("/assets/app.js"));
+}

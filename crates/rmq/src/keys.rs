@@ -67,6 +67,12 @@ pub(crate) fn group_field(topic: &str, group: &str) -> String {
     format!("{topic}:group:{group}")
 }
 
+/// The topic and group a field of the topic index notes, if it notes a
+/// group (a topic name has no colon, so the first `:group:` splits it).
+pub(crate) fn parse_group_field(field: &str) -> Option<(&str, &str)> {
+    field.split_once(":group:")
+}
+
 /// Single node: the one pub/sub channel (PUBLISH) on which send and settle
 /// announce a new head of any slot of the topic.
 pub(crate) fn wake_channel(prefix: &str, topic: &str) -> String {

@@ -75,6 +75,14 @@ impl Client {
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
+
+    /// Every topic's serial consumer groups (those that ever ran), by
+    /// topic name, from one read of the topic index.
+    pub async fn serial_group_names(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, Vec<String>>> {
+        crate::control::group_names(&self.inner.ctx.redis, self.prefix()).await
+    }
 }
 
 fn describe_difference(old: &TopicSpec, new: &TopicSpec) -> String {

@@ -3,6 +3,8 @@
 //! slots each member holds the lease of (from one stats reading). Reads
 //! only; for operators and the dashboard.
 
+use std::collections::BTreeMap;
+
 use crate::admin::{SlotLease, TopicStats};
 use crate::error::Result;
 use crate::keys;
@@ -42,30 +44,51 @@ pub struct SerialView {
     pub server_ms: i64,
 }
 
+/// Every topic's serial groups, from the topic index (one read).
+pub(crate) async fn group_names(
+    redis: &crate::conn::Redis,
+    prefix: &str,
+) -> Result<BTreeMap<String, Vec<String>>> {
+    let mut all = redis::cmd("HGETALL");
+    all.arg(keys::topic_index(prefix));
+    let fields: Vec<(String, String)> = redis.query(&all).await?;
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (field, _) in fields {
+        if let Some((topic, group)) = keys::parse_group_field(&field) {
+            out.entry(topic.to_string())
+                .or_default()
+                .push(group.to_string());
+        }
+    }
+    for groups in out.values_mut() {
+        groups.sort();
+    }
+    Ok(out)
+}
+
 impl Topic {
     /// The topic's serial groups, their members and the slots each owns.
     pub async fn serial_groups(&self) -> Result<SerialView> {
-        self.serial_groups_seen(&self.stats().await?).await
+        let stats = self.stats().await?;
+        let names = group_names(self.redis(), self.prefix()).await?;
+        let mine = names.get(self.name()).map_or(&[][..], Vec::as_slice);
+        self.serial_groups_with(&stats, mine).await
     }
 
-    /// [`serial_groups`](Topic::serial_groups) with the leases of a stats
-    /// reading already made (a metrics scrape reads each slot once).
-    pub async fn serial_groups_seen(&self, stats: &TopicStats) -> Result<SerialView> {
+    /// [`serial_groups`](Topic::serial_groups) from a stats reading and the
+    /// topic's group names already read
+    /// ([`Client::serial_group_names`](crate::Client::serial_group_names)):
+    /// a metrics scrape reads each slot and the topic index once.
+    pub async fn serial_groups_with(
+        &self,
+        stats: &TopicStats,
+        groups: &[String],
+    ) -> Result<SerialView> {
         let now = stats.server_ms;
-        let index = keys::topic_index(self.prefix());
-        let mut all = redis::cmd("HGETALL");
-        all.arg(&index);
-        let fields: Vec<(String, String)> = self.redis().query(&all).await?;
-        let noted = keys::group_field(self.name(), "");
-        let mut names: Vec<String> = fields
-            .into_iter()
-            .filter_map(|(f, _)| f.strip_prefix(&noted).map(str::to_string))
-            .collect();
-        names.sort();
-        let mut groups = Vec::with_capacity(names.len());
-        for name in names {
+        let mut out = Vec::with_capacity(groups.len());
+        for name in groups {
             let mut members = redis::cmd("HGETALL");
-            members.arg(keys::group_key(self.prefix(), self.name(), &name));
+            members.arg(keys::group_key(self.prefix(), self.name(), name));
             let members: Vec<(String, String)> = self.redis().query(&members).await?;
             let mut members: Vec<GroupMember> = members
                 .into_iter()
@@ -85,10 +108,13 @@ impl Topic {
                 })
                 .collect();
             members.sort_by(|a, b| a.id.cmp(&b.id));
-            groups.push(SerialGroup { name, members });
+            out.push(SerialGroup {
+                name: name.clone(),
+                members,
+            });
         }
         Ok(SerialView {
-            groups,
+            groups: out,
             leases: stats.leases.clone(),
             server_ms: now,
         })

@@ -20,6 +20,7 @@ mod lookup;
 mod pause;
 mod reschedule;
 
+pub(crate) use groups::group_names;
 pub use groups::{GroupMember, SerialGroup, SerialView};
 
 use crate::error::{Error, ErrorKind, Result};
