@@ -706,3 +706,104 @@ async fn the_dashboard_routes_answer_from_the_samples_and_the_slots() {
     assert!(csp.contains("script-src 'self'"), "{csp}");
     assert!(r.text().await.unwrap().contains("/assets/app.js"));
 }
+
+/// A client connected as a user holding only the ACL of its prefix (in
+/// locked-down mode: FCALL only, the library loaded by an admin).
+async fn least_privilege(redis: &RedisServer, functions: bool) -> Client {
+    let admin = redis::Client::open(redis.url()).unwrap();
+    let mut conn = admin.get_multiplexed_async_connection().await.unwrap();
+    let line = match functions {
+        true => rmq::acl::setuser_line_locked_down("rmq", "api").unwrap(),
+        false => rmq::acl::setuser_line("rmq", "api").unwrap(),
+    };
+    let mut cmd = redis::cmd("ACL");
+    for w in line.split_whitespace().skip(1).chain(["on", ">api-pw"]) {
+        cmd.arg(w);
+    }
+    let _: () = cmd.query_async(&mut conn).await.unwrap();
+    if functions {
+        Client::connect(&redis.url())
+            .await
+            .unwrap()
+            .load_functions()
+            .await
+            .unwrap();
+    }
+    let url = format!("redis://api:api-pw@127.0.0.1:{}", redis.port());
+    Client::connect_with(&url, rmq::ClientOptions::default().functions(functions))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_server_needs_only_the_least_privilege_acl_of_its_prefix() {
+    for functions in [false, true] {
+        let redis = RedisServer::start();
+        let client = least_privilege(&redis, functions).await;
+        let options = Options {
+            access: Access::Token(TOKEN.into()),
+            scrape_cache: Duration::from_millis(0),
+            sample_every: Duration::from_millis(100),
+        };
+        let router = rmq_serve::router(client.clone(), options);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(rmq_serve::serve(listener, router, std::future::pending()));
+        let s = Server {
+            _redis: redis,
+            base,
+            client,
+            http: reqwest::Client::new(),
+        };
+        let (st, v) = s
+            .post(
+                "/api/v1/topics",
+                json!({"name": "q", "kind": "priority", "slots": 2}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+        let (st, v) = s
+            .post(
+                "/api/v1/topics/q/messages",
+                json!({"payload": "v", "key": "k", "priority": 1}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        for path in [
+            "/api/v1/topics",
+            "/api/v1/topics/q/stats?slots=true",
+            "/api/v1/topics/q/peek",
+            "/api/v1/topics/q/messages/k",
+            "/api/v1/topics/q/dead",
+            "/api/v1/topics/q/groups",
+            "/api/v1/topics/q/slots",
+            "/api/v1/topics/q/history",
+            "/api/v1/overview",
+        ] {
+            let (st, v) = s.get(path).await;
+            assert_eq!(st, StatusCode::OK, "functions={functions} {path}: {v}");
+        }
+        let r = s.http.get(s.url("/metrics")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+        for (path, body) in [
+            ("/api/v1/topics/q/pause", json!({})),
+            ("/api/v1/topics/q/resume", json!({})),
+            ("/api/v1/topics/q/cancel", json!({"keys": ["k"]})),
+            ("/api/v1/topics/q/dead/purge", json!({"all": true})),
+        ] {
+            let (st, v) = s.post(path, body).await;
+            assert_eq!(st, StatusCode::OK, "functions={functions} {path}: {v}");
+        }
+        // The sampler reads the topic with the same rights.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, v) = s.get("/api/v1/overview").await;
+            assert_eq!(v["error"], Value::Null, "{v}");
+            if v["topics"][0]["name"] == json!("q") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "never sampled: {v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
