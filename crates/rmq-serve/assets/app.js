@@ -33,6 +33,13 @@ function svg(tag, attrs) {
   return el;
 }
 
+/** The largest of many numbers (no spread: 65,536 slots exceed some engines' argument limits). */
+function maxOf(values, floor) {
+  let m = floor;
+  for (const v of values) if (v > m) m = v;
+  return m;
+}
+
 const fmt = new Intl.NumberFormat("en");
 const num = (n) => (n === undefined || n === null ? "" : fmt.format(n));
 const enc = encodeURIComponent;
@@ -106,7 +113,7 @@ const COLORS = { due_now: "#2f6fde", scheduled: "#9db8ee", retry_waiting: "#e8a3
 function lineChart(title, xs, series, unit) {
   const W = 600, H = 170, L = 48, B = 20, T = 8;
   const el = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": title });
-  const max = Math.max(1, ...series.flatMap((s) => s.values));
+  const max = series.reduce((m, s) => maxOf(s.values, m), 1);
   const x0 = xs[0] || 0, x1 = xs[xs.length - 1] || 1;
   const X = (x) => L + ((x - x0) / Math.max(1, x1 - x0)) * (W - L - 6);
   const Y = (y) => T + (1 - y / max) * (H - T - B);
@@ -135,7 +142,7 @@ function sparkline(values) {
   const W = 120, H = 24;
   const el = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "spark", "aria-hidden": "true" });
   if (values.length > 1) {
-    const max = Math.max(1, ...values);
+    const max = maxOf(values, 1);
     const d = values.map((v, i) => `${i ? "L" : "M"}${((i / (values.length - 1)) * (W - 2) + 1).toFixed(1)},${(H - 2 - (v / max) * (H - 4)).toFixed(1)}`).join("");
     el.append(svg("path", { d, fill: "none", stroke: "#2f6fde", "stroke-width": 1.5 }));
   }
@@ -254,7 +261,7 @@ async function slots(pane, name) {
   const canvas = h("canvas", { class: "heat", width: cols * cell, height: rows * cell, "aria-label": `depth of ${n} slots` });
   canvas.style.width = `${cols * cell}px`;
   const ctx = canvas.getContext("2d");
-  const max = Math.max(1, ...depth);
+  const max = maxOf(depth, 1);
   for (let i = 0; i < n; i++) {
     const a = 0.15 + 0.85 * (depth[i] / max);
     ctx.fillStyle = depth[i] ? `rgba(47,111,222,${a.toFixed(3)})` : "#e6e9ee";
@@ -334,6 +341,7 @@ function lookupView(name, spec, l, basis) {
     const field = spec.kind === "priority" ? "priority" : "delay";
     const val = h("input", { type: "number", min: 0, placeholder: field === "priority" ? "new priority" : "new delay in ms", "aria-label": field, "data-testid": "reschedule-value" });
     acts.append(val, actionButton("Reschedule", () => act(`reschedule ${l.key}`, async () => {
+      if (val.value.trim() === "") throw new Error(`give the new ${field === "priority" ? "priority" : "delay in ms"}`);
       const body = { [field]: Number(val.value) };
       if (basis) body.slot_basis = basis;
       const r = await api("POST", `${path}/reschedule`, body);
@@ -351,7 +359,7 @@ async function dead(pane, name, spec, page) {
   const purge = (body, label) => act(label, async () => { const r = await api("POST", `/topics/${enc(name)}/dead/purge`, body); return `${r.purged} purged`; });
   pane.replaceChildren(h("div", { class: "panel" },
     h("div", { class: "row" },
-      h("h2", {}, `Dead letters, ${p * per + 1}–${p * per + v.dead.length}`),
+      h("h2", {}, v.dead.length ? `Dead letters ${p * per + 1}–${p * per + v.dead.length}, oldest death first` : "No dead letters"),
       actionButton("Requeue all", () => { if (confirm("Requeue every dead letter of this topic?")) requeue({ all: true }, "requeue all"); }),
       actionButton("Purge all", () => { if (confirm("Delete every dead letter of this topic? This cannot be undone.")) purge({ all: true }, "purge all"); }, "danger")),
     table(["key", "payload", "error", ["attempts", "num"], "died", ["deaths", "num"], ["slot", "num"], ""],
@@ -363,8 +371,8 @@ async function dead(pane, name, spec, page) {
           actionButton("Purge", () => { if (confirm(`Delete the dead letter of ${JSON.stringify(d.key)}?`)) purge({ key: d.key }, `purge ${d.key}`); }, "danger")))),
       { "data-testid": "dead" }),
     h("div", { class: "row" },
-      p > 0 ? h("a", { href: base + (p - 1) }, "← newer") : null,
-      v.dead.length === per ? h("a", { href: base + (p + 1) }, "older →") : null)));
+      p > 0 ? h("a", { href: base + (p - 1) }, "← earlier deaths") : null,
+      v.dead.length === per ? h("a", { href: base + (p + 1) }, "later deaths →") : null)));
 }
 
 async function groups(pane, name) {
@@ -387,20 +395,35 @@ async function groups(pane, name) {
 
 // ---- routing ----------------------------------------------------------------
 
+let routeSeq = 0;
+
 async function route() {
-  const main = document.getElementById("main");
-  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  const seq = ++routeSeq;
   clearTimeout(refreshTimer);
+  // Drawn off-page, shown only if no newer route started meanwhile.
+  const view = h("main", { id: "main" });
+  let onOverview = false;
   try {
+    const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
     if (parts[0] === "topic" && parts[1]) {
-      await topicPage(main, parts[1], parts[2] || "charts", parts[3]);
+      await topicPage(view, parts[1], parts[2] || "charts", parts[3]);
     } else {
-      await overview(main);
-      // The overview follows the server's samples while it is shown.
-      refreshTimer = setTimeout(() => { if (!location.hash.startsWith("#/topic/")) route(); }, Math.max(2000, server.sample_every_ms || 10000));
+      onOverview = true;
+      await overview(view);
     }
   } catch (e) {
-    main.replaceChildren(h("div", { class: "warn" }, e.message));
+    view.replaceChildren(h("div", { class: "warn" }, e.message));
+  }
+  if (seq !== routeSeq) return;
+  document.getElementById("main").replaceWith(view);
+  // The overview follows the server's samples (after a failure too), but
+  // never under a user's typing.
+  if (onOverview) {
+    refreshTimer = setTimeout(function again() {
+      const typing = document.activeElement && document.activeElement.matches("main input");
+      if (typing) refreshTimer = setTimeout(again, 2000);
+      else route();
+    }, Math.max(2000, server.sample_every_ms || 10000));
   }
 }
 

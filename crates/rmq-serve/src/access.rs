@@ -1,9 +1,23 @@
-//! Who may act (change state) through the server. Reading is open; an
-//! action passes only the check of the configured access.
+//! Who may act (change state) through the server, and which requests it
+//! answers at all. Reading is open; an action passes the check of the
+//! configured access *before* its body is read. Two browser attacks are
+//! refused whatever the access:
+//!
+//! - a page of another site posting to the API (an action whose `Origin`
+//!   is not this server's own);
+//! - DNS rebinding (a page of another site whose name now resolves to this
+//!   server): the dashboard and the API answer only requests whose `Host`
+//!   is an IP address, `localhost`, or a name given with `--allowed-host`.
 
-use axum::http::{HeaderMap, StatusCode};
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
+use crate::AppState;
 
 /// Who may take actions.
 #[derive(Clone, PartialEq, Eq)]
@@ -59,6 +73,69 @@ impl Access {
     }
 }
 
+/// Runs before every dashboard and API handler (and before any body is
+/// read): the host check for all, the origin and access checks for actions.
+pub(crate) async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let h = req.headers();
+    let checked = host_allowed(h, &st.options.allowed_hosts).and_then(|()| {
+        match matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+            true => Ok(()),
+            false => same_origin(h).and_then(|()| st.options.access.check(h)),
+        }
+    });
+    match checked {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The host part of a `Host` header or an origin's authority: the name or
+/// address without its port (IPv6 addresses keep their brackets off).
+fn host_of(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+}
+
+fn host_allowed(h: &HeaderMap, allowed: &[String]) -> Result<(), ApiError> {
+    let Some(host) = h.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+        return Ok(());
+    };
+    let name = host_of(host);
+    let ok = name.parse::<std::net::IpAddr>().is_ok()
+        || name.eq_ignore_ascii_case("localhost")
+        || allowed.iter().any(|a| a.eq_ignore_ascii_case(name));
+    match ok {
+        true => Ok(()),
+        false => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "HostNotAllowed",
+            format!(
+                "this server does not answer for the host {host:?}: reach it by address, or start it \
+                 with --allowed-host {name}"
+            ),
+        )),
+    }
+}
+
+/// An action from a browser must come from this server's own page.
+fn same_origin(h: &HeaderMap) -> Result<(), ApiError> {
+    let Some(origin) = h.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return Ok(()); // not a browser, or a same-origin GET
+    };
+    let host = h.get(header::HOST).and_then(|v| v.to_str().ok());
+    let authority = origin.split_once("://").map(|(_, a)| a);
+    match (authority, host) {
+        (Some(a), Some(host)) if a.eq_ignore_ascii_case(host) => Ok(()),
+        _ => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "CrossOrigin",
+            format!("an action from the page {origin:?} is refused: only this server's own dashboard may act"),
+        )),
+    }
+}
+
 /// Compares without stopping at the first difference (a token's bytes
 /// cannot be guessed one by one from response times).
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -97,5 +174,41 @@ mod tests {
             .is_err());
         assert!(Access::Unauthenticated.check(&with(None)).is_ok());
         assert_eq!(format!("{a:?}"), "Token(<redacted>)");
+    }
+
+    fn host(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, v.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn only_addresses_localhost_and_allowed_names_are_answered() {
+        let allowed = vec!["queue.internal".to_string()];
+        for ok in [
+            "127.0.0.1:8080",
+            "[::1]:8080",
+            "10.1.2.3",
+            "localhost:8080",
+            "LOCALHOST",
+            "queue.internal:8080",
+        ] {
+            assert!(host_allowed(&host(ok), &allowed).is_ok(), "{ok}");
+        }
+        for bad in ["evil.example", "evil.example:8080", "127.0.0.1.nip.io:80"] {
+            assert!(host_allowed(&host(bad), &allowed).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn actions_from_another_origin_are_refused() {
+        let mut h = host("127.0.0.1:8080");
+        assert!(same_origin(&h).is_ok(), "no Origin: not a browser");
+        h.insert(header::ORIGIN, "http://127.0.0.1:8080".parse().unwrap());
+        assert!(same_origin(&h).is_ok());
+        h.insert(header::ORIGIN, "http://evil.example".parse().unwrap());
+        assert!(same_origin(&h).is_err());
+        h.insert(header::ORIGIN, "null".parse().unwrap());
+        assert!(same_origin(&h).is_err());
     }
 }

@@ -15,6 +15,9 @@ use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use tokio::sync::Notify;
 
+/// Samples kept per topic at most (an hour at one a second).
+const MAX_SAMPLES: u128 = 3_600;
+
 /// Topics read at once in one sampling round.
 const CONCURRENT_TOPICS: usize = 16;
 
@@ -73,7 +76,7 @@ impl History {
         History {
             rings: Mutex::default(),
             every,
-            keep: (span.as_millis() / every.as_millis()).clamp(2, 100_000) as usize,
+            keep: (span.as_millis() / every.as_millis()).clamp(2, MAX_SAMPLES) as usize,
             now: Notify::new(),
         }
     }

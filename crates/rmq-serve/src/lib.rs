@@ -47,8 +47,11 @@ pub struct Options {
     /// reads every slot of each: scraping faster than this costs nothing).
     pub scrape_cache: Duration,
     /// How often the dashboard's samples are taken (one stats reading per
-    /// topic); an hour of them is kept.
+    /// topic); an hour of them is kept (at most 3,600 samples).
     pub sample_every: Duration,
+    /// Host names the dashboard and the API answer for, besides IP
+    /// addresses and `localhost` (see `access.rs`: DNS rebinding).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for Options {
@@ -57,6 +60,7 @@ impl Default for Options {
             access: Access::ReadOnly,
             scrape_cache: Duration::from_secs(5),
             sample_every: Duration::from_secs(10),
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -70,6 +74,14 @@ pub(crate) struct AppState {
     pub(crate) options: Options,
     pub(crate) scrape: metrics::Cache,
     pub(crate) history: Arc<history::History>,
+    /// Stops the sampler when the last handle on the state is gone.
+    stop_sampler: rmq::CancellationToken,
+}
+
+impl Drop for AppState {
+    fn drop(&mut self) {
+        self.stop_sampler.cancel();
+    }
 }
 
 /// The server's routes over `client`. Called within a Tokio runtime, it
@@ -77,15 +89,24 @@ pub(crate) struct AppState {
 /// runtime).
 pub fn router(client: rmq::Client, options: Options) -> Router {
     let history = Arc::new(history::History::new(options.sample_every, HISTORY_SPAN));
+    let stop_sampler = rmq::CancellationToken::new();
     if let Ok(rt) = tokio::runtime::Handle::try_current() {
-        rt.spawn(history.clone().run(client.clone()));
+        let (run, stop) = (history.clone().run(client.clone()), stop_sampler.clone());
+        rt.spawn(async move {
+            tokio::select! {
+                () = run => {}
+                () = stop.cancelled() => {}
+            }
+        });
     }
     let state = Arc::new(AppState {
         client,
         scrape: metrics::Cache::default(),
         options,
         history,
+        stop_sampler,
     });
+    let guard = axum::middleware::from_fn_with_state(state.clone(), access::guard);
     Router::new()
         .nest(
             "/api/v1",
@@ -93,10 +114,11 @@ pub fn router(client: rmq::Client, options: Options) -> Router {
                 .merge(panels::routes(state.clone()))
                 .route("/openapi.json", axum::routing::get(openapi::document))
                 .fallback(api::not_found)
+                .layer(guard.clone())
                 .layer(axum::middleware::map_response(error::as_error_shape)),
         )
+        .merge(dashboard::routes().layer(guard))
         .route("/metrics", axum::routing::get(metrics::scrape))
-        .merge(dashboard::routes())
         .with_state(state)
 }
 

@@ -84,8 +84,17 @@ async fn render(client: &rmq::Client) -> ApiResult<String> {
     .collect();
     let groups = client.serial_group_names().await?;
     for spec in client.topics().await? {
-        let topic = client.topic(&spec.name).await?;
-        let stats = topic.stats().await?;
+        // A topic deleted during the scrape is left out, not an error.
+        let read = async {
+            let topic = client.topic(&spec.name).await?;
+            let stats = topic.stats().await?;
+            Ok::<_, rmq::Error>((topic, stats))
+        };
+        let (topic, stats) = match read.await {
+            Ok(r) => r,
+            Err(e) if e.kind() == rmq::ErrorKind::UnknownTopic => continue,
+            Err(e) => return Err(e.into()),
+        };
         let t = stats.total;
         let label = escape(&spec.name);
         let states = [
@@ -108,7 +117,10 @@ async fn render(client: &rmq::Client) -> ApiResult<String> {
             .samples
             .push((topic_label.clone(), u64::from(spec.slots)));
         if spec.kind.is_time_based() {
-            let oldest = topic.peek(1).await?;
+            let oldest = match t.due_now {
+                0 => Vec::new(),
+                _ => topic.peek(1).await?,
+            };
             let age_ms = oldest
                 .first()
                 .and_then(|p| p.due_ms)

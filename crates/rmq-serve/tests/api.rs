@@ -28,6 +28,7 @@ impl Server {
             access,
             scrape_cache: Duration::from_millis(0),
             sample_every: Duration::from_millis(200),
+            allowed_hosts: Vec::new(),
         };
         let router = rmq_serve::router(client.clone(), options);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -744,6 +745,7 @@ async fn the_server_needs_only_the_least_privilege_acl_of_its_prefix() {
             access: Access::Token(TOKEN.into()),
             scrape_cache: Duration::from_millis(0),
             sample_every: Duration::from_millis(100),
+            allowed_hosts: Vec::new(),
         };
         let router = rmq_serve::router(client.clone(), options);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -806,4 +808,58 @@ async fn the_server_needs_only_the_least_privilege_acl_of_its_prefix() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+#[tokio::test]
+async fn pages_of_other_sites_can_neither_act_nor_read_by_rebinding() {
+    let s = Server::start(Access::Unauthenticated).await;
+    s.client
+        .define_topic(TopicSpec::new("o", TopicKind::Priority).slots(1))
+        .await
+        .unwrap();
+    // A form posted from another site: refused before anything happens.
+    let r = s
+        .http
+        .post(s.url("/api/v1/topics/o/pause"))
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(error_kind(&v), "CrossOrigin");
+    let t = s.client.topic("o").await.unwrap();
+    assert_eq!(t.stats().await.unwrap().total.paused_slots, 0);
+    // The server's own page may act.
+    let own = s.base.trim_end_matches('/').to_string();
+    let r = s
+        .http
+        .post(s.url("/api/v1/topics/o/pause"))
+        .header("origin", own)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // A name that now resolves here (DNS rebinding): neither the page nor
+    // the API answers it; the metrics do.
+    for path in ["/", "/api/v1/topics"] {
+        let r = s
+            .http
+            .get(s.url(path))
+            .header("host", "evil.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{path}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(error_kind(&v), "HostNotAllowed");
+    }
+    let r = s
+        .http
+        .get(s.url("/metrics"))
+        .header("host", "prometheus-target.internal")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
 }

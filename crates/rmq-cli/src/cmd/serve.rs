@@ -39,6 +39,11 @@ pub struct ServeArgs {
     /// topic), in ms; an hour of samples is kept
     #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..))]
     pub sample_every: u64,
+    /// A host name the dashboard and API answer for (repeatable); IP
+    /// addresses and localhost always are (other names are refused against
+    /// DNS rebinding)
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    pub allowed_hosts: Vec<String>,
 }
 
 fn access(a: &ServeArgs) -> CliResult<Access> {
@@ -92,6 +97,7 @@ pub async fn run(g: &Global, a: ServeArgs) -> CliResult {
         access,
         scrape_cache: Duration::from_millis(a.scrape_cache),
         sample_every: Duration::from_millis(a.sample_every),
+        allowed_hosts: a.allowed_hosts,
     };
     let mut term = signal(SignalKind::terminate())
         .map_err(|e| CliError::runtime(format!("cannot listen for SIGTERM: {e}")))?;

@@ -241,13 +241,17 @@ fn name_char_ok(c: char, extra: &[char]) -> bool {
 
 /// Checks a topic name: 1 to 100 of `A-Z a-z 0-9 _ . -`.
 pub fn validate_topic_name(name: &str) -> Result<()> {
-    if name.is_empty() || name.len() > MAX_TOPIC_NAME || !name.chars().all(|c| name_char_ok(c, &[]))
+    let path_step = name == "." || name == "..";
+    if name.is_empty()
+        || name.len() > MAX_TOPIC_NAME
+        || path_step
+        || !name.chars().all(|c| name_char_ok(c, &[]))
     {
         return Err(Error::new(
             ErrorKind::InvalidName,
             format!(
                 "invalid topic name {name:?}: use 1 to {MAX_TOPIC_NAME} letters, digits, '_', '.' or '-' \
-                 (no braces, colons or whitespace)"
+                 (no braces, colons or whitespace; not . or ..)"
             ),
         ));
     }
@@ -285,6 +289,9 @@ mod tests {
             "tab\t",
             &"x".repeat(101),
             "é",
+            // Path steps: in a URL they would name another resource.
+            ".",
+            "..",
         ] {
             let e = validate_topic_name(bad).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidName, "{bad:?}");
