@@ -169,6 +169,8 @@ pub(crate) struct CreateBody {
     past_tolerance_ms: Option<u64>,
     dead_letters_per_slot: Option<u64>,
     dead_letter_ttl_ms: Option<u64>,
+    rate_per_sec: Option<u32>,
+    rate_burst: Option<u32>,
 }
 
 impl CreateBody {
@@ -186,6 +188,8 @@ impl CreateBody {
             past_tolerance_ms: self.past_tolerance_ms,
             dead_letters_per_slot: self.dead_letters_per_slot,
             dead_letter_ttl_ms: self.dead_letter_ttl_ms,
+            rate_per_sec: self.rate_per_sec,
+            rate_burst: self.rate_burst,
         }
         .apply(spec)
     }
@@ -230,6 +234,10 @@ pub(crate) struct Settings {
     past_tolerance_ms: Option<u64>,
     dead_letters_per_slot: Option<u64>,
     dead_letter_ttl_ms: Option<u64>,
+    /// Deliveries a second across all consumers (0: no limit).
+    rate_per_sec: Option<u32>,
+    /// Deliveries let through at once (at least 1 with a rate).
+    rate_burst: Option<u32>,
 }
 
 impl Settings {
@@ -245,6 +253,13 @@ impl Settings {
                 .dead_letters_per_slot
                 .unwrap_or(s.dead_letters_per_slot),
             dead_letter_ttl_ms: self.dead_letter_ttl_ms.unwrap_or(s.dead_letter_ttl_ms),
+            rate_per_sec: self.rate_per_sec.unwrap_or(s.rate_per_sec),
+            rate_burst: match (self.rate_per_sec, self.rate_burst) {
+                (Some(0), _) => 0,
+                (_, Some(b)) => b,
+                (Some(_), None) => s.rate_burst.max(1),
+                (None, None) => s.rate_burst,
+            },
             ..s
         }
     }

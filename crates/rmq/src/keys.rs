@@ -56,6 +56,12 @@ pub(crate) fn topic_index(prefix: &str) -> String {
     format!("{prefix}:topics")
 }
 
+/// HASH: a topic's rate-limit bucket (rate, burst, theoretical arrival
+/// time), shared by all its consumers; its own hash tag.
+pub(crate) fn rate_key(prefix: &str, topic: &str) -> String {
+    format!("{prefix}:rate:{{{topic}}}")
+}
+
 /// HASH: a consumer group's members -> heartbeat deadline (serial mode).
 pub(crate) fn group_key(prefix: &str, topic: &str, group: &str) -> String {
     format!("{prefix}:group:{topic}:{group}")

@@ -115,5 +115,5 @@ pub use slot::slot_of;
 pub use tokio_util::sync::CancellationToken;
 pub use topic::{
     validate_prefix, validate_topic_name, Topic, TopicKind, TopicSpec, MAX_PREFIX, MAX_PRIORITY,
-    MAX_SLOTS, MAX_TOPIC_NAME,
+    MAX_RATE, MAX_SLOTS, MAX_TOPIC_NAME,
 };

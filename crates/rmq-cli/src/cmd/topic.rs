@@ -131,6 +131,29 @@ pub struct Settings {
     /// the count) [default: 0]
     #[arg(long, value_name = "MS")]
     pub dead_letter_ttl: Option<u64>,
+    /// Global rate limit: deliveries a second across all consumers, as N
+    /// or N/s; 0 removes it [default: none]
+    #[arg(long, value_name = "N/s", value_parser = parse_rate)]
+    pub rate: Option<u32>,
+    /// Deliveries the rate limit lets through at once after a quiet spell
+    /// [default: a tenth of the rate, at least 1]
+    #[arg(long, value_name = "N", requires = "rate")]
+    pub burst: Option<u32>,
+}
+
+/// `500`, `500/s`, `30000/min`: deliveries a second.
+fn parse_rate(s: &str) -> Result<u32, String> {
+    let (n, per) = s.split_once('/').unwrap_or((s, "s"));
+    let n: u32 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate: use N, N/s or N/min"))?;
+    match per.trim() {
+        "s" | "sec" => Ok(n),
+        "m" | "min" if n.is_multiple_of(60) => Ok(n / 60),
+        "m" | "min" => Err(format!("{s:?}: a rate per minute must be a multiple of 60")),
+        other => Err(format!("{s:?}: unknown unit {other:?}: use /s or /min")),
+    }
 }
 
 impl Settings {
@@ -160,6 +183,10 @@ impl Settings {
         if let Some(v) = self.dead_letter_ttl {
             spec = spec.dead_letter_ttl(ms(v));
         }
+        if let Some(rate) = self.rate {
+            let burst = self.burst.unwrap_or((rate / 10).max(1));
+            spec = spec.rate_limit(rate, burst);
+        }
         spec
     }
 
@@ -172,6 +199,7 @@ impl Settings {
             || self.past_tolerance.is_some()
             || self.dead_letters_per_slot.is_some()
             || self.dead_letter_ttl.is_some()
+            || self.rate.is_some()
     }
 }
 
@@ -433,6 +461,13 @@ async fn show(g: &Global, out: Out, name: &str) -> CliResult {
         ),
         ("max payload", format!("{} bytes", s.max_payload_bytes)),
         (
+            "rate limit",
+            match s.rate_per_sec {
+                0 => "none".into(),
+                r => format!("{r}/s across all consumers, bursts of {}", s.rate_burst),
+            },
+        ),
+        (
             "dead letters expire",
             match s.dead_letter_ttl_ms {
                 0 => "never (only the count limit)".into(),
@@ -473,4 +508,19 @@ async fn show(g: &Global, out: Out, name: &str) -> CliResult {
         text.push_str(&format!("{:<w$} {}\n", r[0], r[1]));
     }
     output::raw(&text)
+}
+
+#[cfg(test)]
+mod rate_tests {
+    use super::parse_rate;
+
+    #[test]
+    fn rates_read_per_second_or_per_minute_and_refuse_the_rest() {
+        assert_eq!(parse_rate("500"), Ok(500));
+        assert_eq!(parse_rate("500/s"), Ok(500));
+        assert_eq!(parse_rate("600/min"), Ok(10));
+        for bad in ["", "fast", "-1/s", "10/h", "61/min", "5000000000"] {
+            assert!(parse_rate(bad).is_err(), "{bad:?}");
+        }
+    }
 }

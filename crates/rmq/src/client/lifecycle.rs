@@ -62,7 +62,10 @@ impl Client {
             let (id, cmd) = registry::replace(&index, name, &old_json, &new.to_json());
             let reply = self.inner.ctx.redis.run_one(id, cmd).await?;
             match Replaced::parse(reply) {
-                Some(Replaced::Done) => return self.topic(name).await,
+                Some(Replaced::Done) => {
+                    self.set_rate(&new).await?;
+                    return self.topic(name).await;
+                }
                 Some(Replaced::Changed(current)) => {
                     old = serde_json::from_str(&current).map_err(|e| unreadable(name, e))?;
                     old_json = current;
@@ -123,6 +126,8 @@ impl Client {
             }
         }
         self.drop_groups(name).await?;
+        let (id, cmd) = crate::scripts::rate::drop_bucket(&keys::rate_key(self.prefix(), name));
+        self.inner.ctx.redis.run_one(id, cmd).await?;
         Ok(Deleted { messages, slots })
     }
 

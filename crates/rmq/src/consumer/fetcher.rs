@@ -16,11 +16,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::delivery::Delivery;
 use super::pop::{parse_pop, pop_call, survey};
+use super::rate;
 use super::settler::Settler;
 use super::Shared;
 use crate::error::ErrorKind;
 use crate::group::{Claim, Fence};
 use crate::message::Received;
+use crate::scripts::rate::Granted;
 use crate::topic::{Topic, TopicKind};
 
 pub(crate) struct FetchConfig {
@@ -43,8 +45,18 @@ pub(crate) async fn fetch_loop(mut f: Fetcher) {
         let Some(slots) = f.wait_for_work().await else {
             return;
         };
-        match f.pop(&slots, held.len()).await {
-            Ok(out) => f.hand_out(out, held).await,
+        let Some(held) = f.rate_limited(held).await else {
+            return;
+        };
+        if held.is_empty() {
+            continue; // waited for the rate limit: look again
+        }
+        let granted = held.len();
+        match f.pop(&slots, granted).await {
+            Ok(out) => {
+                rate::give_back(&f.topic, granted.saturating_sub(out.len()));
+                f.hand_out(out, held).await
+            }
             Err(e) if e.kind() == ErrorKind::UnknownTopic => {
                 f.topic_deleted().await;
                 return;
@@ -105,6 +117,36 @@ impl Fetcher {
             last_rescan: Instant::now(),
             error_backoff: Duration::from_millis(50),
         }
+    }
+
+    /// A rate-limited topic's round is trimmed to the tokens its bucket
+    /// grants now; when it grants none, the loop sleeps until the next
+    /// token is due (no polling) and the round is empty. None once
+    /// cancelled. Topics without a limit pass untouched, with no call.
+    async fn rate_limited(
+        &self,
+        mut held: Vec<OwnedSemaphorePermit>,
+    ) -> Option<Vec<OwnedSemaphorePermit>> {
+        let granted = match rate::take(&self.topic, held.len()).await {
+            Ok(g) => g,
+            Err(e) => {
+                tracing::warn!(topic = %self.topic.name(), "taking rate tokens failed, will retry: {e}");
+                Granted {
+                    tokens: 0,
+                    wait_ms: 1_000,
+                }
+            }
+        };
+        if granted.tokens == 0 {
+            drop(held);
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(granted.wait_ms)) => {}
+                () = self.cancel.cancelled() => return None,
+            }
+            return Some(Vec::new());
+        }
+        held.truncate(granted.tokens);
+        Some(held)
     }
 
     /// Room for deliveries: one permit per delivery to hand out, at least

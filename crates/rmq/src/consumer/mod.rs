@@ -19,6 +19,7 @@
 mod delivery;
 mod fetcher;
 mod pop;
+mod rate;
 mod runner;
 mod schedule;
 mod settler;

@@ -3,6 +3,7 @@
 
 use super::delivery::Delivery;
 use super::pop;
+use super::rate;
 use super::settler::Settler;
 use crate::error::Result;
 use crate::group::Fence;
@@ -12,8 +13,10 @@ impl Topic {
     /// Takes up to `max` due messages right now, without waiting, slot by
     /// slot from slot 0 (no cross-slot priority order). For tools, scripts
     /// and tests; a long-running consumer should use [`Topic::consumer`].
+    /// A rate-limited topic gives what its bucket grants now (maybe none).
     pub async fn take(&self, max: usize) -> Result<Vec<Delivery>> {
         let settings = self.settings().await?;
+        let max = rate::take(self, max).await?.tokens;
         let settler = Settler::spawn(self.clone());
         let mut out: Vec<Delivery> = Vec::new();
         for slot in 0..self.spec.slots {
@@ -30,6 +33,7 @@ impl Topic {
                         for d in out {
                             let _ = d.release().await;
                         }
+                        rate::give_back(self, max);
                         return Err(e);
                     }
                 };
@@ -46,6 +50,7 @@ impl Topic {
                 }
             }
         }
+        rate::give_back(self, max - out.len());
         Ok(out)
     }
 }

@@ -17,6 +17,7 @@ pub(crate) mod functions;
 pub(crate) mod lease;
 pub(crate) mod membership;
 pub(crate) mod pop;
+pub(crate) mod rate;
 pub(crate) mod registry;
 pub(crate) mod send;
 pub(crate) mod settle;
@@ -81,10 +82,11 @@ pub(crate) enum ScriptId {
     ReplaceTopic,
     DropSlot,
     Groups,
+    Rate,
 }
 
 impl ScriptId {
-    pub(crate) const ALL: [ScriptId; 18] = [
+    pub(crate) const ALL: [ScriptId; 19] = [
         ScriptId::Send,
         ScriptId::Pop,
         ScriptId::Settle,
@@ -103,6 +105,7 @@ impl ScriptId {
         ScriptId::ReplaceTopic,
         ScriptId::DropSlot,
         ScriptId::Groups,
+        ScriptId::Rate,
     ];
 
     pub(crate) fn source(self) -> (&'static str, &'static str) {
@@ -132,6 +135,8 @@ impl ScriptId {
             // Deleting a topic frees memory: allowed at maxmemory.
             ScriptId::DropSlot => ("#!lua flags=allow-oom", include_str!("lua/drop_slot.lua")),
             ScriptId::Groups => ("#!lua flags=allow-oom", include_str!("lua/groups.lua")),
+            // Taking tokens comes before taking messages: allowed at maxmemory.
+            ScriptId::Rate => ("#!lua flags=allow-oom", include_str!("lua/rate.lua")),
         }
     }
 }
@@ -159,6 +164,7 @@ impl ScriptId {
             ScriptId::ReplaceTopic => "replace_topic",
             ScriptId::DropSlot => "drop_slot",
             ScriptId::Groups => "groups",
+            ScriptId::Rate => "rate",
         }
     }
 
@@ -371,6 +377,7 @@ mod tests {
                         | ScriptId::Membership
                         | ScriptId::ReplaceTopic
                         | ScriptId::Groups
+                        | ScriptId::Rate
                 )
             })
             .collect();

@@ -9,7 +9,7 @@ mod spec;
 use live::Live;
 pub(crate) use live::{Current, REFRESH as LIVE_REFRESH};
 pub use spec::{
-    validate_prefix, validate_topic_name, TopicKind, TopicSpec, MAX_PREFIX, MAX_PRIORITY,
+    validate_prefix, validate_topic_name, TopicKind, TopicSpec, MAX_PREFIX, MAX_PRIORITY, MAX_RATE,
     MAX_SLOTS, MAX_TOPIC_NAME,
 };
 

@@ -112,11 +112,26 @@ pub struct TopicSpec {
     /// still match.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub dead_letter_ttl_ms: u64,
+    /// Global rate limit: deliveries per second from this topic across all
+    /// its consumers (0 = none). Enforced in Redis, one bucket per topic.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub rate_per_sec: u32,
+    /// Deliveries the rate limit lets through at once after a quiet spell
+    /// (the bucket's size; at least 1 when a rate is set).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub rate_burst: u32,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The highest rate limit and burst a topic may have.
+pub const MAX_RATE: u32 = 10_000_000;
 
 impl TopicSpec {
     /// A definition with the default settings: 16 slots, 30 s lease,
@@ -137,6 +152,8 @@ impl TopicSpec {
             past_tolerance_ms: 1_000,
             dead_letters_per_slot: 10_000,
             dead_letter_ttl_ms: 0,
+            rate_per_sec: 0,
+            rate_burst: 0,
         }
     }
 
@@ -183,6 +200,16 @@ impl TopicSpec {
         self
     }
 
+    /// Limits deliveries from the topic, across all its consumers and
+    /// processes, to `per_sec` a second, with up to `burst` at once after a
+    /// quiet spell (`per_sec` 0 removes the limit). Running consumers
+    /// follow a change of the rate at their next pop round.
+    pub fn rate_limit(mut self, per_sec: u32, burst: u32) -> Self {
+        self.rate_per_sec = per_sec;
+        self.rate_burst = if per_sec == 0 { 0 } else { burst.max(1) };
+        self
+    }
+
     /// Checks every field; the error says which and what is allowed.
     pub fn validate(&self) -> Result<()> {
         validate_topic_name(&self.name)?;
@@ -221,6 +248,14 @@ impl TopicSpec {
         check(
             self.past_tolerance_ms <= 3_600_000,
             "the past tolerance must be at most 1 hour",
+        )?;
+        check(
+            self.rate_per_sec <= MAX_RATE && self.rate_burst <= MAX_RATE,
+            "the rate limit and its burst must be at most 10000000 a second",
+        )?;
+        check(
+            (self.rate_per_sec == 0) == (self.rate_burst == 0),
+            "a rate limit needs a burst of at least 1, and a burst needs a rate",
         )?;
         Ok(())
     }
