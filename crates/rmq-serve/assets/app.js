@@ -222,6 +222,7 @@ async function topicPage(main, name, tab, arg) {
   const pane = h("div", { id: "pane" });
   main.replaceChildren(
     h("h1", {}, name, h("span", { class: "badge" }, spec.kind), h("span", { class: "badge" }, `${num(spec.slots)} slots`),
+      spec.rate_per_sec ? h("span", { class: "badge", "data-testid": "rate" }, `≤ ${num(spec.rate_per_sec)}/s, bursts of ${num(spec.rate_burst)}`) : null,
       t.paused ? h("span", { class: "badge paused", "data-testid": "paused" }, "paused") : null,
       t.paused
         ? actionButton("Resume", () => act("resume", async () => { await api("POST", `/topics/${enc(name)}/resume`); return "consumers start again"; }))

@@ -78,6 +78,7 @@ async fn render(client: &rmq::Client) -> ApiResult<String> {
         ("rmq_serial_members", "gauge", "Live members of a serial consumer group."),
         ("rmq_serial_owners", "gauge", "Members of a serial group that hold at least one slot's lease."),
         ("rmq_serial_unowned_slots", "gauge", "Slots of the topic whose serial lease nobody holds (all of them when no serial group runs)."),
+        ("rmq_topic_rate_limit", "gauge", "The topic's global rate limit in deliveries per second (0: none)."),
     ]
     .into_iter()
     .map(|(name, kind, help)| Family { name, kind, help, samples: Vec::new() })
@@ -156,6 +157,9 @@ async fn render(client: &rmq::Client) -> ApiResult<String> {
         }
         let unowned = serial.leases.iter().filter(|l| l.owner.is_none()).count() as u64;
         families[15].samples.push((topic_label.clone(), unowned));
+        families[16]
+            .samples
+            .push((topic_label.clone(), u64::from(spec.rate_per_sec)));
     }
     let mut out = String::new();
     for f in &families {

@@ -488,6 +488,7 @@ async fn metrics_say_what_the_traffic_did() {
         "rmq_messages{topic=\"m\",state=\"dead\"} 10",
         "rmq_messages{topic=\"m\",state=\"in-flight\"} 0",
         "rmq_topic_slots{topic=\"m\"} 4",
+        "rmq_topic_rate_limit{topic=\"m\"} 0",
         "rmq_oldest_due_age_seconds{topic=\"m\"} 0.000",
         "# TYPE rmq_acked_total counter",
     ] {
@@ -508,7 +509,7 @@ async fn a_live_scrape_passes_promtool() {
     ] {
         let t = s
             .client
-            .define_topic(TopicSpec::new(name, kind).slots(2))
+            .define_topic(TopicSpec::new(name, kind).slots(2).rate_limit(100, 10))
             .await
             .unwrap();
         let m = rmq::Message::new("v").key("k");
@@ -528,6 +529,10 @@ async fn a_live_scrape_passes_promtool() {
         .text()
         .await
         .unwrap();
+    assert!(
+        text.contains("rmq_topic_rate_limit{topic=\"p\"} 100\n"),
+        "{text}"
+    );
     let mut child = std::process::Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
