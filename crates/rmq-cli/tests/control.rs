@@ -545,7 +545,8 @@ fn serve_answers_the_api_and_metrics_and_refuses_actions_without_the_token() {
         .and_then(|r| r.split('/').next())
         .unwrap_or_else(|| panic!("no address in {line:?}"))
         .to_string();
-    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let get =
+        |path: &str| format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     let (status, body) = http(&addr, &get("/api/v1/topics/s/messages/k"));
     assert!(status.contains("200"), "{status} {body}");
     assert!(body.contains("\"payload\":\"hello\""), "{body}");
@@ -555,7 +556,7 @@ fn serve_answers_the_api_and_metrics_and_refuses_actions_without_the_token() {
         "{body}"
     );
     let pause = |auth: &str| {
-        format!("POST /api/v1/topics/s/pause HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n")
+        format!("POST /api/v1/topics/s/pause HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n")
     };
     let (status, _) = http(&addr, &pause(""));
     assert!(status.contains("401"), "{status}");
