@@ -9,6 +9,7 @@ mod support;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use rmq_test_support::densest;
 use serde_json::Value;
 use support::*;
 
@@ -27,18 +28,6 @@ fn consumer(env: &Env, path: &std::path::Path) -> Child {
     .stderr(Stdio::null())
     .spawn()
     .unwrap()
-}
-
-/// The most of sorted `times` within any span of `span_ms`.
-fn densest(times: &[i64], span_ms: i64) -> usize {
-    let (mut best, mut start) = (0, 0);
-    for end in 0..times.len() {
-        while times[end] - times[start] > span_ms {
-            start += 1;
-        }
-        best = best.max(end - start + 1);
-    }
-    best
 }
 
 #[test]

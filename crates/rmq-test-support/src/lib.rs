@@ -32,12 +32,14 @@ mod proxy;
 pub mod reap;
 mod server;
 mod signal;
+mod spans;
 
 pub use builder::RedisServerBuilder;
 pub use cluster::{RedisCluster, RedisClusterBuilder};
 pub use port::free_port;
 pub use proxy::Proxy;
 pub use server::RedisServer;
+pub use spans::densest;
 
 #[cfg(test)]
 mod tests;

@@ -13,19 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use rmq::{CancellationToken, Message, Outcome, TopicKind, TopicSpec};
-
-/// The most deliveries any span of `span_ms` holds among sorted `times`.
-fn densest(times: &[i64], span_ms: i64) -> usize {
-    let mut best = 0;
-    let mut start = 0;
-    for end in 0..times.len() {
-        while times[end] - times[start] > span_ms {
-            start += 1;
-        }
-        best = best.max(end - start + 1);
-    }
-    best
-}
+use rmq_test_support::densest;
 
 /// The allowance for a span: burst + rate over the span and 200 ms more.
 fn allowed(rate: f64, burst: f64, span_ms: i64) -> usize {
