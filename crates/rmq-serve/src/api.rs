@@ -111,8 +111,8 @@ async fn topic_view(t: &Topic) -> ApiResult<Value> {
 )]
 async fn list_topics(State(st): St) -> ApiResult<Json<Value>> {
     let mut out = Vec::new();
-    for spec in st.client.topics().await? {
-        out.push(topic_view(&topic(&st, &spec.name).await?).await?);
+    for t in st.client.open_topics().await? {
+        out.push(topic_view(&t).await?);
     }
     Ok(Json(json!({ "topics": out })))
 }

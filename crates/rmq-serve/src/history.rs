@@ -107,10 +107,10 @@ impl History {
 
     /// Reads every topic and records the readings.
     async fn sample(&self, client: &rmq::Client) -> rmq::Result<()> {
-        let specs = client.topics().await?;
-        let read = stream::iter(specs)
-            .map(|spec| async move {
-                let topic = client.topic(&spec.name).await?;
+        let topics = client.open_topics().await?;
+        let read = stream::iter(topics)
+            .map(|topic| async move {
+                let spec = topic.spec();
                 let stats = topic.stats().await?;
                 let t = stats.total;
                 let mut oldest_due_age_ms = 0;

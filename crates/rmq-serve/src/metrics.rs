@@ -84,14 +84,10 @@ async fn render(client: &rmq::Client) -> ApiResult<String> {
     .map(|(name, kind, help)| Family { name, kind, help, samples: Vec::new() })
     .collect();
     let groups = client.serial_group_names().await?;
-    for spec in client.topics().await? {
+    for topic in client.open_topics().await? {
+        let spec = topic.spec();
         // A topic deleted during the scrape is left out, not an error.
-        let read = async {
-            let topic = client.topic(&spec.name).await?;
-            let stats = topic.stats().await?;
-            Ok::<_, rmq::Error>((topic, stats))
-        };
-        let (topic, stats) = match read.await {
+        let stats = match topic.stats().await {
             Ok(r) => r,
             Err(e) if e.kind() == rmq::ErrorKind::UnknownTopic => continue,
             Err(e) => return Err(e.into()),

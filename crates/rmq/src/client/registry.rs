@@ -88,6 +88,17 @@ impl Client {
         Ok(out)
     }
 
+    /// Every topic defined under this prefix, opened, by name: one read of
+    /// the registry for all of them (opening each by name reads it again).
+    pub async fn open_topics(&self) -> Result<Vec<Topic>> {
+        Ok(self
+            .topics()
+            .await?
+            .into_iter()
+            .map(|spec| Topic::new(self.inner.ctx.clone(), spec))
+            .collect())
+    }
+
     /// Every topic's serial consumer groups (those that ever ran), by
     /// topic name, from one read of the topic index.
     pub async fn serial_group_names(
