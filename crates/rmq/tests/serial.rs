@@ -251,7 +251,9 @@ async fn members_joining_and_leaving_never_overlap_a_slot() {
 
 #[tokio::test]
 async fn the_groups_view_shows_each_member_and_the_slots_it_owns() {
-    let (_s, _c, topic) = setup(TopicKind::Priority, 8).await;
+    // Rendezvous hashing leaves a member of two with no slot of eight once
+    // in 128 runs; with 64 slots that chance is 2^-63.
+    let (_s, _c, topic) = setup(TopicKind::Priority, 64).await;
     let view = topic.serial_groups().await.unwrap();
     assert!(view.groups.is_empty() && view.leases.iter().all(|l| l.owner.is_none()));
     let stop = CancellationToken::new();
@@ -268,7 +270,7 @@ async fn the_groups_view_shows_each_member_and_the_slots_it_owns() {
             })
         })
         .collect();
-    // Both members join and split the eight slots between them.
+    // Both members join and split the slots between them.
     let deadline = Instant::now() + Duration::from_secs(20);
     let view = loop {
         let v = topic.serial_groups().await.unwrap();
@@ -286,7 +288,7 @@ async fn the_groups_view_shows_each_member_and_the_slots_it_owns() {
     assert_eq!(g.name, "g");
     let mut owned: Vec<u32> = g.members.iter().flat_map(|m| m.slots.clone()).collect();
     owned.sort();
-    assert_eq!(owned, (0..8).collect::<Vec<_>>(), "each slot has one owner");
+    assert_eq!(owned, (0..64).collect::<Vec<_>>(), "each slot has one owner");
     for m in &g.members {
         assert!(m.alive && m.deadline_ms > view.server_ms, "{m:?}");
         for &s in &m.slots {
