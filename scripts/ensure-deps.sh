@@ -20,17 +20,28 @@ demo=false
 
 if $demo; then
     tools=(redis-server redis-cli)
-    packages=(redis-server redis-tools)
 else
     tools=(redis-server redis-cli redis-benchmark faketime promtool node npm chromium)
-    packages=(redis-server redis-tools faketime prometheus nodejs npm chromium)
     # Debian's python3 makes virtualenvs only with python3-venv.
-    python3 -c 'import ensurepip, venv' 2>/dev/null || packages+=(python3-venv) tools+=(python3-venv-missing)
+    python3 -c 'import ensurepip, venv' 2>/dev/null || tools+=(python3-venv-missing)
 fi
 
+# The package that brings each tool. Only missing tools' packages are
+# installed: a machine whose Node.js comes from elsewhere (NodeSource's
+# nodejs bundles npm and conflicts with Debian's npm) keeps it.
+declare -A package_of=(
+    [redis-server]=redis-server [redis-cli]=redis-tools [redis-benchmark]=redis-tools
+    [faketime]=faketime [promtool]=prometheus [node]=nodejs [npm]=npm
+    [chromium]=chromium [python3-venv-missing]=python3-venv
+)
 missing=()
 for tool in "${tools[@]}"; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+packages=()
+for tool in "${missing[@]}"; do
+    p=${package_of[$tool]}
+    [[ " ${packages[*]} " == *" $p "* ]] || packages+=("$p")
 done
 
 if [[ ${#missing[@]} -gt 0 ]]; then

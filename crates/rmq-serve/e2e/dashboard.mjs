@@ -85,7 +85,10 @@ try {
     await page.click("button[data-action=Pause]");
     await page.locator("[data-testid=paused]").waitFor();
     await go("#/topic/orders/charts");
-    await page.locator(".chart svg path").first().waitFor();
+    await page.locator(".chart svg").first().waitFor();
+    // A flat series is a path of zero height, which Playwright calls hidden:
+    // wait for the lines to be drawn, not for them to have a height.
+    await page.locator(".chart svg path").first().waitFor({ state: "attached" });
     await shot("charts");
     await go("#/topic/orders/slots");
     await page.locator("canvas.heat").waitFor();

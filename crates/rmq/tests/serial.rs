@@ -288,7 +288,11 @@ async fn the_groups_view_shows_each_member_and_the_slots_it_owns() {
     assert_eq!(g.name, "g");
     let mut owned: Vec<u32> = g.members.iter().flat_map(|m| m.slots.clone()).collect();
     owned.sort();
-    assert_eq!(owned, (0..64).collect::<Vec<_>>(), "each slot has one owner");
+    assert_eq!(
+        owned,
+        (0..64).collect::<Vec<_>>(),
+        "each slot has one owner"
+    );
     for m in &g.members {
         assert!(m.alive && m.deadline_ms > view.server_ms, "{m:?}");
         for &s in &m.slots {

@@ -97,6 +97,14 @@ async fn a_delete_refuses_while_the_topic_holds_messages_or_has_consumers() {
     assert_eq!(e.kind(), ErrorKind::TopicInUse, "{e}");
     let (mut s, stop) = stream(&topic, 1);
     next(&mut s, 5).await.unwrap().ack().await.unwrap();
+    // A consumer is seen by its wake-up subscription, which its listener
+    // makes beside the fetch loop: on a loaded host (and a cluster, one
+    // SSUBSCRIBE per hash tag) it can come after the first delivery.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while topic.consumers().await.unwrap() == 0 {
+        assert!(std::time::Instant::now() < deadline, "never subscribed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let e = client.delete_topic("t", false).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::TopicInUse, "a live consumer: {e}");
     assert!(e.to_string().contains("1 live consumers"), "{e}");
