@@ -22,6 +22,7 @@ mod handover;
 mod latency;
 mod memory;
 mod merge;
+mod pool;
 mod redis_stats;
 mod report;
 mod runner;

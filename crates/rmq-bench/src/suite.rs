@@ -12,7 +12,7 @@ use crate::report::Row;
 use crate::runner::{run_case, Results};
 use crate::send::{send_batch, send_single};
 use crate::workload::{BIG_N, KINDS, SEND_N};
-use crate::{backlog, consume_mode, handover};
+use crate::{backlog, consume_mode, handover, pool};
 
 pub(crate) async fn run_all(env: &Env, only: &[String]) -> Results {
     // `--only NAME` picks scenarios by substring; `--only "NAME PARAMS"` one case of them.
@@ -125,6 +125,35 @@ pub(crate) async fn run_all(env: &Env, only: &[String]) -> Results {
             consume_mode::consume_mode(env, cl, true, parallel_rate)
         })
         .await;
+    }
+    if wants("adaptive_pool") {
+        // Two rounds in opposite orders, so that neither mode always runs
+        // first on a fresh server nor last on a tired one.
+        use pool::Mode::{Adaptive, FastAlone, FixedShares};
+        let mut alone = None;
+        let orders = [
+            [FastAlone, FixedShares, Adaptive],
+            [Adaptive, FixedShares, FastAlone],
+        ];
+        let rounds = if env.smoke { 1 } else { 2 };
+        for order in orders.into_iter().take(rounds) {
+            for mode in order {
+                let id = (
+                    "adaptive_pool",
+                    TopicKind::Priority,
+                    mode.label().to_string(),
+                );
+                let budget = pool::fast_backlog(env) + 20_000;
+                run_case(env, &mut out, id, budget, |cl| {
+                    pool::adaptive_pool(env, cl, mode, alone)
+                })
+                .await;
+                if mode == FastAlone {
+                    alone = out.rows.last().map(Row::rate);
+                }
+            }
+        }
+        pool::summary(&out.rows);
     }
     if wants("handover") {
         let kind = TopicKind::FixedTime;

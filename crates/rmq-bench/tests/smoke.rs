@@ -75,6 +75,7 @@ fn smoke_run_prints_json_for_every_scenario() {
         "latency",
         "memory",
         "consume_mode",
+        "adaptive_pool",
         "handover",
     ] {
         assert!(

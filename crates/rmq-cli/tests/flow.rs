@@ -3,6 +3,11 @@
 //! seconds they deliver rate x time + burst within 5%, never more than the
 //! limit allows in any span (server clock, `taken_ms`), and a live
 //! `rmq topic update --rate 200/s` is followed within a second.
+//!
+//! A topic's in-flight cap across OS processes: three `rmq consume
+//! --concurrency 16` processes on a topic with `--max-in-flight 8` never run
+//! more than 8 handlers at once (a log the handlers append to says so), and
+//! the permits of a consumer killed with SIGKILL come back after its lease.
 #![allow(clippy::unwrap_used)]
 mod support;
 
@@ -107,4 +112,257 @@ fn three_processes_share_one_rate_limit_and_follow_its_change() {
         assert!(densest(&before, span) <= cap(1000.0), "{span} ms at 1000/s");
         assert!(densest(&after, span) <= cap(200.0), "{span} ms at 200/s");
     }
+}
+
+/// Sends `n` priority messages `k0`, `k1`, ... to `topic`.
+fn fill(env: &Env, topic: &str, n: usize) {
+    let lines: String = (0..n)
+        .map(|i| format!("{{\"payload\":\"v\",\"key\":\"k{i}\",\"priority\":1}}\n"))
+        .collect();
+    env.rmq_in(&["send", topic, "--batch"], lines.as_bytes())
+        .success();
+}
+
+/// The most lines `+` not yet followed by a `-` at any point of the log.
+fn most_at_once(log: &str) -> usize {
+    let (mut now, mut most) = (0i64, 0i64);
+    for l in log.lines() {
+        now += if l == "+" { 1 } else { -1 };
+        most = most.max(now);
+    }
+    usize::try_from(most).unwrap_or(0)
+}
+
+#[test]
+fn three_processes_never_run_more_than_the_in_flight_cap() {
+    let env = Env::new();
+    env.ok(&[
+        "topic",
+        "create",
+        "c",
+        "--kind",
+        "priority",
+        "--slots",
+        "16",
+        "--max-in-flight",
+        "8",
+    ]);
+    let v = &env.ok(&["--json", "topic", "show", "c"]).json()[0];
+    assert_eq!(v["max_in_flight"].as_u64(), Some(8));
+    fill(&env, "c", 240);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("handlers.log");
+    // Appends of a few bytes are atomic: the log's order is the order in
+    // which handlers started and finished, each inside its delivery.
+    let handler = format!(
+        "echo + >> {log}; sleep 0.05; echo - >> {log}",
+        log = log.display()
+    );
+    let mut children: Vec<Child> = (0..3)
+        .map(|_| {
+            env.cmd(&[
+                "consume",
+                "c",
+                "--concurrency",
+                "16",
+                "--idle-exit",
+                "1500",
+                "--exec",
+                &handler,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    for c in &mut children {
+        wait_limited(c, Duration::from_secs(120)).expect("consumers exit when idle");
+    }
+    let log = std::fs::read_to_string(&log).unwrap();
+    let most = most_at_once(&log);
+    eprintln!(
+        "{} handler runs, at most {most} at once under a cap of 8",
+        log.lines().count() / 2
+    );
+    assert_eq!(log.lines().count(), 480, "every message handled once");
+    assert!(most <= 8, "{most} handlers at once under a cap of 8");
+    assert!(
+        most >= 6,
+        "only {most} at once: the cap should be nearly reached"
+    );
+}
+
+#[test]
+fn a_killed_consumers_permits_come_back_after_its_lease() {
+    let env = Env::new();
+    env.ok(&[
+        "topic",
+        "create",
+        "k",
+        "--kind",
+        "priority",
+        "--slots",
+        "4",
+        "--max-in-flight",
+        "8",
+        "--lease",
+        "2000",
+        "--backoff",
+        "1",
+        "--backoff-max",
+        "1",
+    ]);
+    fill(&env, "k", 30);
+    // The first consumer takes 8 and keeps them (its handlers hang; their
+    // leases, and the permits with them, are extended while it lives).
+    let mut stuck = env
+        .cmd(&["consume", "k", "--concurrency", "16", "--exec", "sleep 600"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let in_flight = || env.ok(&["--json", "stats", "k"]).json()[0]["in_flight"].as_u64();
+    assert!(
+        eventually(Duration::from_secs(20), || in_flight() == Some(8)),
+        "the first consumer should hold 8"
+    );
+    // Longer than a lease: the permits are still held.
+    std::thread::sleep(Duration::from_millis(3_000));
+    assert_eq!(in_flight(), Some(8), "the cap holds while its holder lives");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("second");
+    let mut second = env
+        .cmd(&[
+            "--json",
+            "consume",
+            "k",
+            "--concurrency",
+            "16",
+            "--idle-exit",
+            "8000",
+        ])
+        .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1_000));
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap().lines().count(),
+        0,
+        "nothing for a second consumer while the cap is held"
+    );
+    kill("-9", &stuck.id().to_string());
+    let _ = stuck.wait();
+    // Lease 2 s + the permits' 1 s margin, then everything drains.
+    wait_limited(&mut second, Duration::from_secs(60))
+        .expect("the second consumer exits when idle");
+    let handled = std::fs::read_to_string(&out).unwrap().lines().count();
+    assert_eq!(
+        handled, 30,
+        "all 30, the 8 the killed consumer held among them"
+    );
+    let s = &env.ok(&["--json", "stats", "k"]).json()[0];
+    assert_eq!(
+        (s["acked"].as_u64(), s["in_flight"].as_u64()),
+        (Some(30), Some(0))
+    );
+}
+
+#[test]
+fn one_process_consumes_several_topics_in_one_pool_with_fixed_or_adaptive_shares() {
+    let env = Env::new();
+    for t in ["a", "b"] {
+        env.ok(&["topic", "create", t, "--kind", "priority", "--slots", "4"]);
+        let lines: String = (0..60)
+            .map(|i| format!("{{\"payload\":\"v\",\"key\":\"{t}{i}\",\"priority\":1}}\n"))
+            .collect();
+        env.rmq_in(&["send", t, "--batch"], lines.as_bytes())
+            .success();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("handlers.log");
+    // Each handler logs "+a" / "-a" around its work (its topic from RMQ_TOPIC).
+    let handler = format!(
+        "echo +$RMQ_TOPIC >> {log}; sleep 0.02; echo -$RMQ_TOPIC >> {log}",
+        log = log.display()
+    );
+    let run = env.rmq(&[
+        "-v",
+        "consume",
+        "a,b",
+        "--concurrency",
+        "8",
+        "--idle-exit",
+        "1500",
+        "--no-adaptive",
+        "--share-max",
+        "a=2",
+        "--exec",
+        &handler,
+    ]);
+    let run = run.success();
+    assert!(run.stderr.contains("pool limits: a 2"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("pool limits at the end"),
+        "{}",
+        run.stderr
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    let (mut now, mut most_a, mut most) = ([0i64; 2], 0, 0);
+    for l in text.lines() {
+        let i = usize::from(l.ends_with('b'));
+        now[i] += if l.starts_with('+') { 1 } else { -1 };
+        most_a = most_a.max(now[0]);
+        most = most.max(now[0] + now[1]);
+    }
+    assert_eq!(
+        text.lines().count(),
+        240,
+        "every message of both topics, once"
+    );
+    assert!(most_a <= 2, "{most_a} of a at once with --share-max a=2");
+    assert!(most <= 8, "{most} at once in a pool of 8");
+    for t in ["a", "b"] {
+        assert_eq!(env.stats(t)["acked"].as_u64(), Some(60));
+    }
+    // Adaptive (the default) consumes the same way.
+    for t in ["a", "b"] {
+        let lines: String = (0..30)
+            .map(|i| format!("{{\"payload\":\"v\",\"key\":\"n{t}{i}\",\"priority\":1}}\n"))
+            .collect();
+        env.rmq_in(&["send", t, "--batch"], lines.as_bytes())
+            .success();
+    }
+    let out = env.ok(&[
+        "--json",
+        "consume",
+        "b,a",
+        "--concurrency",
+        "8",
+        "--idle-exit",
+        "1000",
+    ]);
+    assert_eq!(out.json().len(), 60);
+}
+
+#[test]
+fn pool_flags_are_checked_before_anything_is_consumed() {
+    let env = Env::new();
+    env.ok(&["topic", "create", "a", "--kind", "priority"]);
+    env.ok(&["topic", "create", "b", "--kind", "priority"]);
+    let e = env.rmq(&["consume", "a", "--no-adaptive"]).one_error(2);
+    assert!(e.contains("several topics"), "{e}");
+    let e = env
+        .rmq(&["consume", "a,b", "--share-max", "c=2"])
+        .one_error(2);
+    assert!(e.contains("\"c\""), "{e}");
+    let e = env.rmq(&["consume", "a,a"]).one_error(2);
+    assert!(e.contains("twice"), "{e}");
+    // Clap's own usage error (with its hint line).
+    let r = env.rmq(&["consume", "a,b", "--share-min", "a=x"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("\"x\" is not a whole number"), "{r:?}");
+    let e = env.rmq(&["consume", "a,nope", "--max", "1"]).one_error(2);
+    assert!(e.contains("nope"), "{e}");
 }

@@ -171,6 +171,7 @@ pub(crate) struct CreateBody {
     dead_letter_ttl_ms: Option<u64>,
     rate_per_sec: Option<u32>,
     rate_burst: Option<u32>,
+    max_in_flight: Option<u32>,
 }
 
 impl CreateBody {
@@ -190,6 +191,7 @@ impl CreateBody {
             dead_letter_ttl_ms: self.dead_letter_ttl_ms,
             rate_per_sec: self.rate_per_sec,
             rate_burst: self.rate_burst,
+            max_in_flight: self.max_in_flight,
         }
         .apply(spec)
     }
@@ -238,6 +240,8 @@ pub(crate) struct Settings {
     rate_per_sec: Option<u32>,
     /// Deliveries let through at once (at least 1 with a rate).
     rate_burst: Option<u32>,
+    /// Deliveries in flight at once across all consumers (0: no cap).
+    max_in_flight: Option<u32>,
 }
 
 impl Settings {
@@ -260,6 +264,7 @@ impl Settings {
                 (Some(_), None) => s.rate_burst.max(1),
                 (None, None) => s.rate_burst,
             },
+            max_in_flight: self.max_in_flight.unwrap_or(s.max_in_flight),
             ..s
         }
     }

@@ -79,6 +79,8 @@ async fn render(client: &rmq::Client) -> ApiResult<String> {
         ("rmq_serial_owners", "gauge", "Members of a serial group that hold at least one slot's lease."),
         ("rmq_serial_unowned_slots", "gauge", "Slots of the topic whose serial lease nobody holds (all of them when no serial group runs)."),
         ("rmq_topic_rate_limit", "gauge", "The topic's global rate limit in deliveries per second (0: none)."),
+        ("rmq_topic_max_in_flight", "gauge", "The topic's global in-flight cap (0: none)."),
+        ("rmq_topic_in_flight_permits", "gauge", "In-flight cap permits held now across all consumers of the topic (0 without a cap)."),
     ]
     .into_iter()
     .map(|(name, kind, help)| Family { name, kind, help, samples: Vec::new() })
@@ -156,6 +158,15 @@ async fn render(client: &rmq::Client) -> ApiResult<String> {
         families[16]
             .samples
             .push((topic_label.clone(), u64::from(spec.rate_per_sec)));
+        families[17]
+            .samples
+            .push((topic_label.clone(), u64::from(spec.max_in_flight)));
+        let held = if spec.max_in_flight > 0 {
+            topic.in_flight_permits().await?
+        } else {
+            0
+        };
+        families[18].samples.push((topic_label.clone(), held));
     }
     let mut out = String::new();
     for f in &families {

@@ -502,6 +502,7 @@ async fn metrics_say_what_the_traffic_did() {
 #[tokio::test]
 async fn a_live_scrape_passes_promtool() {
     let s = Server::start(Access::ReadOnly).await;
+    let mut held = Vec::new();
     for (name, kind) in [
         ("p", TopicKind::Priority),
         ("f", TopicKind::FixedTime),
@@ -509,7 +510,12 @@ async fn a_live_scrape_passes_promtool() {
     ] {
         let t = s
             .client
-            .define_topic(TopicSpec::new(name, kind).slots(2).rate_limit(100, 10))
+            .define_topic(
+                TopicSpec::new(name, kind)
+                    .slots(2)
+                    .rate_limit(100, 10)
+                    .max_in_flight(4),
+            )
             .await
             .unwrap();
         let m = rmq::Message::new("v").key("k");
@@ -519,7 +525,11 @@ async fn a_live_scrape_passes_promtool() {
             TopicKind::RangeMerge => m.range(Duration::from_millis(1)),
         };
         t.send(m).await.unwrap();
+        if name == "p" {
+            held = t.take(1).await.unwrap();
+        }
     }
+    assert_eq!(held.len(), 1);
     let text = s
         .http
         .get(s.url("/metrics"))
@@ -530,7 +540,10 @@ async fn a_live_scrape_passes_promtool() {
         .await
         .unwrap();
     assert!(
-        text.contains("rmq_topic_rate_limit{topic=\"p\"} 100\n"),
+        text.contains("rmq_topic_rate_limit{topic=\"p\"} 100\n")
+            && text.contains("rmq_topic_max_in_flight{topic=\"p\"} 4\n")
+            && text.contains("rmq_topic_in_flight_permits{topic=\"p\"} 1\n")
+            && text.contains("rmq_topic_in_flight_permits{topic=\"f\"} 0\n"),
         "{text}"
     );
     let mut child = std::process::Command::new("promtool")

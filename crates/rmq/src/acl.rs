@@ -39,6 +39,7 @@ pub const SCRIPT_COMMANDS: &[&str] = &[
     "zrange",
     "zrangebyscore",
     "zrem",
+    "zremrangebyscore",
     "zscore",
     "publish",
     "spublish",

@@ -171,6 +171,15 @@ impl Topic {
         Ok(out)
     }
 
+    /// The topic's in-flight cap permits held now across all its consumers
+    /// (0 without a cap): with the cap C, at most C deliveries are in
+    /// flight, and this says how close to it the topic runs.
+    pub async fn in_flight_permits(&self) -> Result<u64> {
+        let keys = crate::keys::cap_keys(self.prefix(), self.name());
+        let (id, cmd) = crate::scripts::inflight::count(&keys);
+        Ok(crate::scripts::inflight::pair(self.redis().run_one(id, cmd).await?).0)
+    }
+
     /// Depth per state and counters, per slot and in total.
     pub async fn stats(&self) -> Result<TopicStats> {
         let kind = self.spec.kind.code();

@@ -62,6 +62,16 @@ pub(crate) fn rate_key(prefix: &str, topic: &str) -> String {
     format!("{prefix}:rate:{{{topic}}}")
 }
 
+/// A topic's in-flight cap: HASH `cap` (the limit) and ZSET `capz` (the
+/// permits held, by deadline). They carry slot 0's hash tag, which does not
+/// depend on the slot count, so on a cluster the cap's "room" notice can go
+/// out on slot 0's sharded wake-up channel, which every consumer hears.
+pub(crate) fn cap_keys(prefix: &str, topic: &str) -> [String; 2] {
+    let tag = slot_tag(topic, 0, 1);
+    let base = format!("{prefix}:{{{tag}}}:{topic}");
+    [format!("{base}:cap"), format!("{base}:capz")]
+}
+
 /// HASH: a consumer group's members -> heartbeat deadline (serial mode).
 pub(crate) fn group_key(prefix: &str, topic: &str, group: &str) -> String {
     format!("{prefix}:group:{topic}:{group}")

@@ -101,7 +101,10 @@ mod value;
 
 pub use admin::{DeadLetter, DeadSelection, Pending, SlotLease, Stats, TopicStats};
 pub use client::{redact, Client, ClientOptions, Deleted, Password, ServerWarning, TlsOptions};
-pub use consumer::{ConsumerBuilder, Deliveries, Delivery, LeaseLost, Outcome, RunReport};
+pub use consumer::{
+    ConsumerBuilder, Deliveries, Delivery, LeaseLost, Outcome, Pool, PoolDeliveries, PoolLimits,
+    RunReport, Share, TopicLimit,
+};
 pub use control::{
     CancelOutcome, DeadInfo, GroupMember, Lookup, Parked, PauseReport, Reschedule, Rescheduled,
     SerialGroup, SerialView, State,
@@ -114,6 +117,6 @@ pub use producer::{BatchReport, MAX_BATCH};
 pub use slot::slot_of;
 pub use tokio_util::sync::CancellationToken;
 pub use topic::{
-    validate_prefix, validate_topic_name, Topic, TopicKind, TopicSpec, MAX_PREFIX, MAX_PRIORITY,
-    MAX_RATE, MAX_SLOTS, MAX_TOPIC_NAME,
+    validate_prefix, validate_topic_name, Topic, TopicKind, TopicSpec, MAX_IN_FLIGHT, MAX_PREFIX,
+    MAX_PRIORITY, MAX_RATE, MAX_SLOTS, MAX_TOPIC_NAME,
 };

@@ -58,6 +58,11 @@ pub fn handled(topic: &str, outcome: &'static str, seconds: f64) {
         .increment(1);
 }
 
+/// A pool's current limit for a topic (`rmq_pool_limit`).
+pub(crate) fn pool_limit(topic: &str, limit: usize) {
+    metrics::gauge!("rmq_pool_limit", "topic" => topic.to_string()).set(limit as f64);
+}
+
 pub(crate) fn lease_extended(topic: &str) {
     counter!("rmq_lease_extensions_total", "topic" => topic.to_string()).increment(1);
 }

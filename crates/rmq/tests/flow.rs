@@ -1,5 +1,7 @@
-//! Flow control: a topic's rate limit holds across every consumer, is
-//! followed when it changes, and costs nothing on a topic without one.
+//! Flow control: a topic's rate limit and its in-flight cap hold across
+//! every consumer, are followed when they change, and cost nothing on a
+//! topic without them; a cap's permits come back however a delivery ends,
+//! and after their lease when its consumer vanished.
 //!
 //! Bounds are checked on the server's clock (`Received::taken_ms`): over
 //! any span of W ms a topic delivers at most `burst + rate * W / 1000`,
@@ -241,4 +243,180 @@ async fn serial_consumers_keep_the_rate_limit_and_one_at_a_time_per_slot() {
         0,
         "two at once in a slot"
     );
+}
+
+/// Runs `consumers` consumers of `topic` until every message in it has
+/// ended, each handler marking itself running for `work`; returns the most
+/// that ran at once and how each message ended (by the handler's choice:
+/// a third acked, a third failed once then acked, a third dead-lettered).
+async fn run_counting(
+    topic: &rmq::Topic,
+    consumers: usize,
+    concurrency: usize,
+    work: Duration,
+    messages: usize,
+) -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let ended = Arc::new(AtomicUsize::new(0));
+    let stop = CancellationToken::new();
+    let tasks: Vec<_> = (0..consumers)
+        .map(|_| {
+            let (topic, stop) = (topic.clone(), stop.clone());
+            let (running, most, ended) = (running.clone(), most.clone(), ended.clone());
+            tokio::spawn(async move {
+                topic
+                    .consumer()
+                    .concurrency(concurrency)
+                    .run(stop, move |m| {
+                        let (running, most, ended) = (running.clone(), most.clone(), ended.clone());
+                        async move {
+                            let now = running.fetch_add(1, SeqCst) + 1;
+                            most.fetch_max(now, SeqCst);
+                            tokio::time::sleep(work).await;
+                            running.fetch_sub(1, SeqCst);
+                            let n: usize = text(&m.key)[1..].parse().unwrap();
+                            match (n % 3, m.attempt) {
+                                (0, _) | (1, 2..) => {
+                                    ended.fetch_add(1, SeqCst);
+                                    Outcome::Ack
+                                }
+                                (1, _) => Outcome::Retry {
+                                    after: Some(Duration::from_millis(1)),
+                                    error: "once".into(),
+                                },
+                                _ => {
+                                    ended.fetch_add(1, SeqCst);
+                                    Outcome::Dead { error: "no".into() }
+                                }
+                            }
+                        }
+                    })
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ended.load(SeqCst) < messages {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {messages} ended",
+            ended.load(SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    most.load(SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_flight_cap_holds_across_consumers_and_every_end_frees_its_permit() {
+    let (_b, _c, topic) = setup_with(
+        TopicSpec::new("t", TopicKind::Priority)
+            .slots(8)
+            .max_in_flight(5),
+    )
+    .await;
+    let batch: Vec<Message> = (0..300)
+        .map(|i| Message::new("v").key(format!("k{i}")).priority(1))
+        .collect();
+    topic.send_batch(&batch).await.unwrap();
+    // 3 consumers of 16 would run 48 at once; the cap lets 5.
+    let most = run_counting(&topic, 3, 16, Duration::from_millis(5), 300).await;
+    eprintln!("at most {most} handlers at once under a cap of 5");
+    assert!(most <= 5, "{most} at once under a cap of 5");
+    assert_eq!(most, 5, "the cap should be reached with a backlog");
+    // Acks, retries and dead letters all gave their permits back.
+    let s = topic.stats().await.unwrap().total;
+    assert_eq!((s.acked, s.dead_lettered, s.in_flight), (200, 100, 0));
+    assert_eq!(topic.in_flight_permits().await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_cap_the_same_consumers_run_many_at_once() {
+    let (_b, _c, topic) = setup_with(TopicSpec::new("t", TopicKind::Priority).slots(8)).await;
+    let batch: Vec<Message> = (0..300)
+        .map(|i| Message::new("v").key(format!("k{i}")).priority(1))
+        .collect();
+    topic.send_batch(&batch).await.unwrap();
+    // The control for the test above: it is the cap that held them to 5.
+    let most = run_counting(&topic, 3, 16, Duration::from_millis(5), 300).await;
+    assert!(most > 5, "only {most} at once without a cap");
+    assert_eq!(topic.in_flight_permits().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn permits_of_a_vanished_consumer_come_back_after_their_lease_and_extend_with_it() {
+    let (_b, client, topic) = setup_with(
+        TopicSpec::new("t", TopicKind::Priority)
+            .slots(2)
+            .lease(Duration::from_millis(800))
+            .backoff(Duration::from_millis(1), Duration::from_millis(1))
+            .max_in_flight(3),
+    )
+    .await;
+    let batch: Vec<Message> = (0..10)
+        .map(|i| Message::new("v").key(format!("k{i}")).priority(1))
+        .collect();
+    topic.send_batch(&batch).await.unwrap();
+    let held = topic.take(10).await.unwrap();
+    assert_eq!(held.len(), 3, "three permits, three deliveries");
+    assert!(
+        topic.take(10).await.unwrap().is_empty(),
+        "the cap is reached"
+    );
+    assert_eq!(topic.in_flight_permits().await.unwrap(), 3);
+    // One delivery's lease is extended (and its permit with it); the other
+    // two vanish as with a consumer killed: no end, no free.
+    let mut held = held.into_iter();
+    let kept = held.next().unwrap();
+    kept.extend(Duration::from_secs(5)).await.unwrap();
+    for d in held {
+        std::mem::forget(d);
+    }
+    // Their permits run out with their leases (plus a second's margin).
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    assert_eq!(topic.in_flight_permits().await.unwrap(), 1);
+    let again = topic.take(10).await.unwrap();
+    assert_eq!(
+        again.len(),
+        2,
+        "the two lost permits came back, the kept one did not"
+    );
+    // A larger cap, live: one more fits, and no more.
+    client
+        .update_topic("t", |s| s.max_in_flight(4))
+        .await
+        .unwrap();
+    let one = topic.take(10).await.unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!(topic.in_flight_permits().await.unwrap(), 4);
+    for d in again.into_iter().chain(one) {
+        d.ack().await.unwrap();
+    }
+    kept.ack().await.unwrap();
+    // Frees go out after the acks are recorded, in the background.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while topic.in_flight_permits().await.unwrap() != 0 {
+        assert!(Instant::now() < deadline, "permits not freed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Removing the cap frees everything; a cap above the maximum is refused.
+    client
+        .update_topic("t", |s| s.max_in_flight(0))
+        .await
+        .unwrap();
+    assert_eq!(topic.take(10).await.unwrap().len(), 6);
+    let e = client
+        .define_topic(
+            TopicSpec::new("x", TopicKind::Priority).max_in_flight(rmq::MAX_IN_FLIGHT + 1),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), rmq::ErrorKind::InvalidArgument, "{e}");
 }

@@ -339,15 +339,30 @@ async fn check(topic: &Topic, m: &Model) -> Result<(), TestCaseError> {
 
 #[test]
 fn protocol_matches_the_model_after_every_step() {
-    run_model(100, 50, op().boxed(), Duration::from_secs(600));
+    run_model(100, 50, op().boxed(), Duration::from_secs(600), None);
 }
 
 #[test]
 fn crashes_and_lease_expiry_match_the_model() {
-    run_model(12, 25, op_with_crashes().boxed(), CRASH_LEASE);
+    run_model(12, 25, op_with_crashes().boxed(), CRASH_LEASE, None);
 }
 
-fn run_model(cases: u32, max_ops: usize, ops: BoxedStrategy<Op>, lease: Duration) {
+/// With an in-flight cap of 2, a take gets at most what the cap leaves
+/// (permits are freed after the settle, in the background, so a take may
+/// get fewer), and what it gets is the model's next messages in order:
+/// the cap decides how many, never which.
+#[test]
+fn an_in_flight_cap_trims_takes_and_changes_nothing_else() {
+    run_model(40, 40, op().boxed(), Duration::from_secs(600), Some(2));
+}
+
+fn run_model(
+    cases: u32,
+    max_ops: usize,
+    ops: BoxedStrategy<Op>,
+    lease: Duration,
+    cap: Option<u32>,
+) {
     let backend = Backend::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = rt.block_on(backend.connect());
@@ -368,7 +383,8 @@ fn run_model(cases: u32, max_ops: usize, ops: BoxedStrategy<Op>, lease: Duration
                             .max_attempts(MAX_ATTEMPTS)
                             .lease(lease)
                             // A rolled-back lease goes straight back to its place.
-                            .backoff(Duration::ZERO, Duration::ZERO),
+                            .backoff(Duration::ZERO, Duration::ZERO)
+                            .max_in_flight(cap.unwrap_or(0)),
                     )
                     .await
                     .unwrap();
@@ -393,7 +409,18 @@ fn run_model(cases: u32, max_ops: usize, ops: BoxedStrategy<Op>, lease: Duration
                         }
                         Op::Take { n } => {
                             let got = topic.take(n).await.unwrap();
-                            let want = model.take(n);
+                            let want = match cap {
+                                None => model.take(n),
+                                Some(c) => {
+                                    prop_assert!(
+                                        hand.len() + got.len() <= c as usize,
+                                        "{} in hand and {} taken under a cap of {c}",
+                                        hand.len(),
+                                        got.len()
+                                    );
+                                    model.take(got.len())
+                                }
+                            };
                             let g: Vec<_> = got
                                 .iter()
                                 .map(|d| {

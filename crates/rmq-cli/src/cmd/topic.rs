@@ -139,6 +139,10 @@ pub struct Settings {
     /// [default: a tenth of the rate, at least 1]
     #[arg(long, value_name = "N", requires = "rate")]
     pub burst: Option<u32>,
+    /// Global in-flight cap: deliveries in flight at once across all
+    /// consumers; 0 removes it [default: none]
+    #[arg(long, value_name = "N")]
+    pub max_in_flight: Option<u32>,
 }
 
 /// `500`, `500/s`, `30000/min`: deliveries a second.
@@ -187,6 +191,9 @@ impl Settings {
             let burst = self.burst.unwrap_or((rate / 10).max(1));
             spec = spec.rate_limit(rate, burst);
         }
+        if let Some(n) = self.max_in_flight {
+            spec = spec.max_in_flight(n);
+        }
         spec
     }
 
@@ -200,6 +207,7 @@ impl Settings {
             || self.dead_letters_per_slot.is_some()
             || self.dead_letter_ttl.is_some()
             || self.rate.is_some()
+            || self.max_in_flight.is_some()
     }
 }
 
@@ -378,7 +386,7 @@ pub fn paused_text(stats: &Stats, slots: u32) -> String {
 
 /// The definition on one line.
 pub fn describe(s: &TopicSpec) -> String {
-    format!(
+    let mut text = format!(
         "{}, {} slots, lease {} ms, max attempts {}, backoff {}..{} ms, max payload {} bytes",
         s.kind,
         s.slots,
@@ -387,7 +395,14 @@ pub fn describe(s: &TopicSpec) -> String {
         s.backoff_ms,
         s.backoff_max_ms,
         s.max_payload_bytes
-    )
+    );
+    if s.rate_per_sec > 0 {
+        text += &format!(", rate {}/s (bursts of {})", s.rate_per_sec, s.rate_burst);
+    }
+    if s.max_in_flight > 0 {
+        text += &format!(", at most {} in flight", s.max_in_flight);
+    }
+    text
 }
 
 async fn list(g: &Global, out: Out) -> CliResult {
@@ -465,6 +480,16 @@ async fn show(g: &Global, out: Out, name: &str) -> CliResult {
             match s.rate_per_sec {
                 0 => "none".into(),
                 r => format!("{r}/s across all consumers, bursts of {}", s.rate_burst),
+            },
+        ),
+        (
+            "in-flight cap",
+            match s.max_in_flight {
+                0 => "none".into(),
+                c => format!(
+                    "{c} at once across all consumers ({} held now)",
+                    topic.in_flight_permits().await?
+                ),
             },
         ),
         (

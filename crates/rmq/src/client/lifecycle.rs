@@ -63,7 +63,7 @@ impl Client {
             let reply = self.inner.ctx.redis.run_one(id, cmd).await?;
             match Replaced::parse(reply) {
                 Some(Replaced::Done) => {
-                    self.set_rate(&new).await?;
+                    self.set_flow(&new).await?;
                     return self.topic(name).await;
                 }
                 Some(Replaced::Changed(current)) => {
@@ -127,6 +127,8 @@ impl Client {
         }
         self.drop_groups(name).await?;
         let (id, cmd) = crate::scripts::rate::drop_bucket(&keys::rate_key(self.prefix(), name));
+        self.inner.ctx.redis.run_one(id, cmd).await?;
+        let (id, cmd) = crate::scripts::inflight::drop_cap(&keys::cap_keys(self.prefix(), name));
         self.inner.ctx.redis.run_one(id, cmd).await?;
         Ok(Deleted { messages, slots })
     }

@@ -5,8 +5,8 @@
 use super::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys;
-use crate::scripts::rate;
 use crate::scripts::registry::{self, Defined};
+use crate::scripts::{inflight, rate};
 use crate::topic::{validate_topic_name, Topic, TopicSpec};
 
 impl Client {
@@ -37,16 +37,20 @@ impl Client {
                 ),
             ));
         }
-        self.set_rate(&spec).await?;
+        self.set_flow(&spec).await?;
         Ok(Topic::new(self.inner.ctx.clone(), spec))
     }
 
-    /// Writes the topic's rate limit into its bucket, where every consumer
-    /// reads it at each pop round (a change is followed at once, before the
-    /// consumers' definitions refresh).
-    pub(crate) async fn set_rate(&self, spec: &TopicSpec) -> Result<()> {
+    /// Writes the topic's rate limit into its bucket and its in-flight cap
+    /// into its permit set, where every consumer reads them at each pop
+    /// round (a change is followed at once, before the consumers'
+    /// definitions refresh).
+    pub(crate) async fn set_flow(&self, spec: &TopicSpec) -> Result<()> {
         let bucket = keys::rate_key(self.prefix(), &spec.name);
         let (id, cmd) = rate::set(&bucket, spec.rate_per_sec, spec.rate_burst);
+        self.inner.ctx.redis.run_one(id, cmd).await?;
+        let cap = keys::cap_keys(self.prefix(), &spec.name);
+        let (id, cmd) = inflight::set(&cap, spec.max_in_flight);
         self.inner.ctx.redis.run_one(id, cmd).await?;
         Ok(())
     }

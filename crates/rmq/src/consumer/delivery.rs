@@ -12,8 +12,8 @@ use std::ops::Deref;
 use std::pin::Pin;
 use std::time::Duration;
 
-use tokio::sync::OwnedSemaphorePermit;
-
+use super::fetcher::Held;
+use super::pool::Probe;
 use super::settler::{Op, Settled, Settler};
 use crate::error::{Error, ErrorKind, Result};
 use crate::group::{Claim, Fence};
@@ -39,7 +39,11 @@ pub struct Delivery {
     ended: bool,
     fence: Option<Fence>,
     claim: Option<Claim>,
-    _permit: Option<OwnedSemaphorePermit>,
+    _permit: Option<Held>,
+    /// The topic's in-flight cap permit this delivery holds (capped topics).
+    cap: Option<String>,
+    /// In a pool: reports how long the delivery took and how it ended.
+    probe: Option<Probe>,
 }
 
 impl std::fmt::Debug for Delivery {
@@ -57,7 +61,7 @@ impl Delivery {
     pub(crate) fn new(
         msg: Received,
         settler: Settler,
-        permit: Option<OwnedSemaphorePermit>,
+        permit: Option<Held>,
         claim: Option<Claim>,
     ) -> Self {
         let fence = claim.as_ref().map(|c| c.fence().clone());
@@ -72,7 +76,23 @@ impl Delivery {
             fence,
             claim,
             _permit: permit,
+            cap: None,
+            probe: None,
         }
+    }
+
+    /// In a pool: the delivery reports its end to its topic's gate.
+    pub(crate) fn with_probe(mut self, probe: Option<Probe>) -> Self {
+        self.probe = probe;
+        self
+    }
+
+    /// The delivery holds this in-flight cap permit: extended with its
+    /// lease, freed once its end is recorded (or, dropped unended, after
+    /// the nack that ends it).
+    pub(crate) fn with_cap_permit(mut self, token: Option<String>) -> Self {
+        self.cap = token;
+        self
     }
 
     pub(crate) fn new_detached(msg: Received, settler: Settler) -> Self {
@@ -151,6 +171,13 @@ impl Delivery {
     /// the lease ran out meanwhile: [`ErrorKind::OutcomeUnknown`].
     async fn end(mut self, op: Op) -> Result<Settled> {
         self.ended = true;
+        if let Some(p) = self.probe.take() {
+            p.end(match op {
+                Op::Ack => Some(true),
+                Op::Nack { .. } | Op::Dead { .. } => Some(false),
+                Op::Release | Op::Extend { .. } => None,
+            });
+        }
         let m = &self.msg;
         let mut wait = Duration::from_millis(50);
         let mut retried = false;
@@ -241,6 +268,9 @@ impl Delivery {
         self.settler
             .settle(m.slot, m.id.clone(), self.fence(), Op::Extend { ms })
             .await?;
+        if let Some(token) = &self.cap {
+            self.settler.extend_permit(token, ms).await?;
+        }
         crate::observe::lease_extended(&m.topic);
         Ok(())
     }
@@ -266,6 +296,13 @@ impl Drop for Delivery {
                     error: "delivery dropped without being ended".into(),
                 },
             );
+        }
+        if let Some(p) = self.probe.take() {
+            p.end(if self.ended { None } else { Some(false) });
+        }
+        // Queued after the end (or the nack above): freed once it is recorded.
+        if let Some(token) = self.cap.take() {
+            self.settler.free_permits(vec![token]);
         }
     }
 }

@@ -6,7 +6,8 @@
 //! until the earliest known due time, a wake-up notice or the next rescan.
 //! In serial mode it only visits slots whose lease it holds and that have
 //! nothing out, takes one message per slot, and sends the lease's epoch
-//! with every pop.
+//! with every pop. A topic with an in-flight cap or a rate limit trims each
+//! round to the permits and tokens Redis grants (`inflight.rs`, `rate.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,6 +16,8 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::delivery::Delivery;
+use super::inflight::Taken;
+use super::pool::Probe;
 use super::pop::{parse_pop, pop_call, survey};
 use super::rate;
 use super::settler::Settler;
@@ -24,6 +27,50 @@ use crate::group::{Claim, Fence};
 use crate::message::Received;
 use crate::scripts::rate::Granted;
 use crate::topic::{Topic, TopicKind};
+
+/// Where a fetch loop gets room for deliveries: its own semaphore (its
+/// concurrency, or in a pool its topic's share) and, in a pool, the pool's
+/// slots and the gate its deliveries report to.
+pub(crate) struct Room {
+    pub(crate) topic: Arc<Semaphore>,
+    pub(crate) pool: Option<Arc<Semaphore>>,
+    pub(crate) gate: Option<Arc<super::pool::Gate>>,
+}
+
+/// Room for one delivery: a permit of the topic's semaphore and, in a
+/// pool, one of the pool's; the delivery holds them until it is dropped.
+pub(crate) struct Held {
+    _topic: OwnedSemaphorePermit,
+    _pool: Option<OwnedSemaphorePermit>,
+}
+
+impl Room {
+    /// Waits for room for one delivery. None once the semaphores close.
+    async fn acquire(&self) -> Option<Held> {
+        let topic = self.topic.clone().acquire_owned().await.ok()?;
+        let pool = match &self.pool {
+            Some(p) => Some(p.clone().acquire_owned().await.ok()?),
+            None => None,
+        };
+        Some(Held {
+            _topic: topic,
+            _pool: pool,
+        })
+    }
+
+    /// Room for one delivery if there is some now.
+    fn try_acquire(&self) -> Option<Held> {
+        let topic = self.topic.clone().try_acquire_owned().ok()?;
+        let pool = match &self.pool {
+            Some(p) => Some(p.clone().try_acquire_owned().ok()?),
+            None => None,
+        };
+        Some(Held {
+            _topic: topic,
+            _pool: pool,
+        })
+    }
+}
 
 pub(crate) struct FetchConfig {
     pub(crate) batch: usize,
@@ -38,16 +85,25 @@ const FANOUT: usize = 8;
 
 /// Runs the fetch loop until `fetcher.cancel` fires.
 pub(crate) async fn fetch_loop(mut f: Fetcher) {
-    // Each round: room for deliveries, then slots with work, then one pop
-    // per slot in one round trip, then hand the messages out.
+    // Each round: room for deliveries, then slots with work, then the
+    // topic's in-flight permits and rate tokens, then one pop per slot in
+    // one round trip, then hand the messages out.
     loop {
         let Some(held) = f.gather().await else { return };
         let Some(slots) = f.wait_for_work().await else {
             return;
         };
-        let Some(held) = f.rate_limited(held).await else {
+        let Some((held, mut tokens)) = f.capped(held).await else {
             return;
         };
+        if held.is_empty() {
+            continue; // waited for an in-flight permit: look again
+        }
+        let Some(held) = f.rate_limited(held).await else {
+            f.settler.free_permits(tokens);
+            return;
+        };
+        f.free_beyond(&mut tokens, held.len());
         if held.is_empty() {
             continue; // waited for the rate limit: look again
         }
@@ -55,14 +111,17 @@ pub(crate) async fn fetch_loop(mut f: Fetcher) {
         match f.pop(&slots, granted).await {
             Ok(out) => {
                 rate::give_back(&f.topic, granted.saturating_sub(out.len()));
-                f.hand_out(out, held).await
+                f.free_beyond(&mut tokens, out.len());
+                f.hand_out(out, held, tokens).await
             }
             Err(e) if e.kind() == ErrorKind::UnknownTopic => {
+                f.settler.free_permits(tokens);
                 f.topic_deleted().await;
                 return;
             }
             Err(e) => {
                 tracing::warn!(topic = %f.topic.name(), "taking messages failed, will retry: {e}");
+                f.settler.free_permits(tokens);
                 drop(held);
                 if !f.back_off().await {
                     return;
@@ -86,7 +145,7 @@ pub(crate) struct Fetcher {
     pub(crate) topic: Topic,
     pub(crate) shared: Arc<Shared>,
     pub(crate) settler: Settler,
-    pub(crate) permits: Arc<Semaphore>,
+    pub(crate) room: Room,
     pub(crate) tx: mpsc::Sender<Delivery>,
     pub(crate) cfg: FetchConfig,
     pub(crate) cancel: CancellationToken,
@@ -100,7 +159,7 @@ impl Fetcher {
         topic: Topic,
         shared: Arc<Shared>,
         settler: Settler,
-        permits: Arc<Semaphore>,
+        room: Room,
         tx: mpsc::Sender<Delivery>,
         cfg: FetchConfig,
         cancel: CancellationToken,
@@ -110,7 +169,7 @@ impl Fetcher {
             topic,
             shared,
             settler,
-            permits,
+            room,
             tx,
             cfg,
             cancel,
@@ -119,14 +178,54 @@ impl Fetcher {
         }
     }
 
+    /// A capped topic's round is trimmed to the in-flight permits granted
+    /// now (one token each); when none are, the loop waits for a `room`
+    /// notice (a permit freed anywhere) or, should that notice be lost, for
+    /// the first permit's deadline or a second, and the round is empty.
+    /// None once cancelled. Topics without a cap pass untouched, with no
+    /// call and no tokens.
+    async fn capped(&mut self, mut held: Vec<Held>) -> Option<(Vec<Held>, Vec<String>)> {
+        let lease = self.topic.cached().spec.lease_ms;
+        let wait_ms = match self
+            .settler
+            .permits()
+            .take(&self.topic, held.len(), lease)
+            .await
+        {
+            Ok(Taken::Uncapped) => return Some((held, Vec::new())),
+            Ok(Taken::Granted(tokens)) => {
+                held.truncate(tokens.len());
+                return Some((held, tokens));
+            }
+            Ok(Taken::Refused { wait_ms }) => wait_ms.min(1_000),
+            Err(e) => {
+                tracing::warn!(topic = %self.topic.name(), "taking in-flight permits failed, will retry: {e}");
+                drop(held);
+                return self.back_off().await.then(|| (Vec::new(), Vec::new()));
+            }
+        };
+        drop(held);
+        tokio::select! {
+            () = self.shared.room.notified() => {}
+            () = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
+            () = self.cancel.cancelled() => return None,
+        }
+        Some((Vec::new(), Vec::new()))
+    }
+
+    /// Frees the in-flight permits beyond the first `keep` (a round that
+    /// was trimmed, or slots that had fewer messages than permits).
+    fn free_beyond(&self, tokens: &mut Vec<String>, keep: usize) {
+        if tokens.len() > keep {
+            self.settler.free_permits(tokens.split_off(keep));
+        }
+    }
+
     /// A rate-limited topic's round is trimmed to the tokens its bucket
     /// grants now; when it grants none, the loop sleeps until the next
     /// token is due (no polling) and the round is empty. None once
     /// cancelled. Topics without a limit pass untouched, with no call.
-    async fn rate_limited(
-        &self,
-        mut held: Vec<OwnedSemaphorePermit>,
-    ) -> Option<Vec<OwnedSemaphorePermit>> {
+    async fn rate_limited(&self, mut held: Vec<Held>) -> Option<Vec<Held>> {
         let granted = match rate::take(&self.topic, held.len()).await {
             Ok(g) => g,
             Err(e) => {
@@ -151,29 +250,36 @@ impl Fetcher {
 
     /// Room for deliveries: one permit per delivery to hand out, at least
     /// one, at most a batch. None once cancelled.
-    async fn gather(&self) -> Option<Vec<OwnedSemaphorePermit>> {
+    async fn gather(&self) -> Option<Vec<Held>> {
         let first = tokio::select! {
-            p = self.permits.clone().acquire_owned() => p.ok()?,
+            p = self.room.acquire() => p?,
             _ = self.cancel.cancelled() => return None,
         };
         let mut held = vec![first];
         while held.len() < self.cfg.batch {
-            match self.permits.clone().try_acquire_owned() {
-                Ok(p) => held.push(p),
-                Err(_) => break,
+            match self.room.try_acquire() {
+                Some(p) => held.push(p),
+                None => break,
             }
         }
         // Under load (other deliveries still running), wait up to a
         // millisecond for half a batch: fewer, fuller round trips.
-        let target = (self.cfg.batch / 2).max(1);
+        // In a pool, the topic's share now (not its maximum) is how many
+        // may be out at once.
+        let limit = self
+            .room
+            .gate
+            .as_ref()
+            .map_or(self.cfg.concurrency, |g| g.size());
+        let target = (self.cfg.batch.min(limit) / 2).max(1);
         if !self.serial
             && held.len() < target
-            && self.permits.available_permits() + held.len() < self.cfg.concurrency
+            && self.room.topic.available_permits() + held.len() < limit
         {
             let deadline = tokio::time::Instant::now() + GATHER;
             while held.len() < target {
                 tokio::select! {
-                    p = self.permits.clone().acquire_owned() => held.push(p.ok()?),
+                    p = self.room.acquire() => held.push(p?),
                     _ = tokio::time::sleep_until(deadline) => break,
                     _ = self.cancel.cancelled() => return None,
                 }
@@ -372,23 +478,31 @@ impl Fetcher {
     async fn hand_out(
         &self,
         out: Vec<(Received, Option<Fence>)>,
-        mut held: Vec<OwnedSemaphorePermit>,
+        mut held: Vec<Held>,
+        mut tokens: Vec<String>,
     ) {
         for (msg, fence) in out {
             crate::observe::delivered(&msg);
             let permit = held.pop();
+            let token = tokens.pop();
+            let probe = self.room.gate.clone().map(Probe::start);
             let slot = msg.slot;
             let d = match fence {
-                None => Delivery::new(msg, self.settler.clone(), permit, None),
+                None => Delivery::new(msg, self.settler.clone(), permit, None)
+                    .with_cap_permit(token)
+                    .with_probe(probe),
                 Some(f) => match self
                     .shared
                     .ownership
                     .as_ref()
                     .and_then(|own| Claim::take(own, self.shared.clone(), slot, f.clone()))
                 {
-                    Some(claim) => Delivery::new(msg, self.settler.clone(), permit, Some(claim)),
+                    Some(claim) => Delivery::new(msg, self.settler.clone(), permit, Some(claim))
+                        .with_cap_permit(token)
+                        .with_probe(probe),
                     None => {
                         let _ = Delivery::new(msg, self.settler.clone(), None, None)
+                            .with_cap_permit(token)
                             .with_fence(f)
                             .release()
                             .await;

@@ -18,6 +18,9 @@
 
 mod delivery;
 mod fetcher;
+mod inflight;
+mod limiter;
+mod pool;
 mod pop;
 mod rate;
 mod runner;
@@ -39,6 +42,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 pub use delivery::{Delivery, LeaseLost};
+pub use pool::{Pool, PoolDeliveries, PoolLimits, Share, TopicLimit};
 pub use runner::{Outcome, RunReport};
 
 use crate::group::{keep_leases, validate_group, Coordinator, RedisCoordinator, SerialConfig};
@@ -55,6 +59,10 @@ pub struct ConsumerBuilder {
     grace: Duration,
     serial: Option<SerialConfig>,
     coordinator: Option<Arc<dyn Coordinator>>,
+    /// In a [`Pool`]: the topic's gate (its share of the pool).
+    gate: Option<Arc<pool::Gate>>,
+    /// In a [`Pool`]: the pool's slots, shared by its topics.
+    pool: Option<Arc<Semaphore>>,
 }
 
 impl std::fmt::Debug for dyn Coordinator {
@@ -75,6 +83,8 @@ impl Topic {
             grace: Duration::from_secs(30),
             serial: None,
             coordinator: None,
+            gate: None,
+            pool: None,
         }
     }
 }
@@ -160,8 +170,12 @@ impl ConsumerBuilder {
             spec.slots,
             self.serial.as_ref().map(|_| member.clone()),
         ));
-        let settler = settler::Settler::spawn(self.topic.clone());
-        let permits = Arc::new(Semaphore::new(self.concurrency));
+        let settler =
+            settler::Settler::spawn(self.topic.clone(), inflight::Permits::new(&self.topic));
+        let permits = match &self.gate {
+            Some(g) => g.sem.clone(),
+            None => Arc::new(Semaphore::new(self.concurrency)),
+        };
         let (tx, rx) = mpsc::channel(self.concurrency);
         let stop = cancel.child_token();
         tokio::spawn(wake::listen(
@@ -173,7 +187,11 @@ impl ConsumerBuilder {
             self.topic.clone(),
             shared.clone(),
             settler,
-            permits,
+            fetcher::Room {
+                topic: permits,
+                pool: self.pool.clone(),
+                gate: self.gate.clone(),
+            },
             tx,
             fetcher::FetchConfig {
                 batch: self.batch.min(self.concurrency),

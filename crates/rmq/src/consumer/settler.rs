@@ -3,13 +3,22 @@
 //! drains whatever has queued up, groups it by slot and sends one script
 //! call per slot, all in one pipeline. Under load this turns many settles
 //! into one round trip; when idle it adds no delay.
+//!
+//! The same task frees in-flight cap permits (see `inflight.rs`), after the
+//! settles queued before them: a permit is given back only once its
+//! delivery's end is recorded.
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use tokio::sync::{mpsc, oneshot};
+
+use super::inflight::{Permits, MARGIN_MS};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::group::Fence;
+use crate::scripts::inflight;
 use crate::scripts::settle::{self, SettleRequest};
 use crate::topic::Topic;
 
@@ -38,17 +47,46 @@ pub(crate) struct Request {
     pub(crate) reply: Option<oneshot::Sender<Result<Settled>>>,
 }
 
+/// What the settling task is asked to do.
+enum Job {
+    Settle(Request),
+    /// Free these in-flight cap permits (after the settles before them).
+    Free(Vec<String>),
+}
+
 /// Handle to the settling task; clone it into every delivery.
 #[derive(Clone)]
 pub(crate) struct Settler {
-    tx: mpsc::UnboundedSender<Request>,
+    tx: mpsc::UnboundedSender<Job>,
+    topic: Topic,
+    permits: Arc<Permits>,
 }
 
 impl Settler {
-    pub(crate) fn spawn(topic: Topic) -> Settler {
+    pub(crate) fn spawn(topic: Topic, permits: Arc<Permits>) -> Settler {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(topic, rx));
-        Settler { tx }
+        tokio::spawn(run(topic.clone(), permits.clone(), rx));
+        Settler { tx, topic, permits }
+    }
+
+    /// This consumer's in-flight cap permits.
+    pub(crate) fn permits(&self) -> &Arc<Permits> {
+        &self.permits
+    }
+
+    /// Frees in-flight cap permits once the settles queued before them
+    /// are recorded (in the background).
+    pub(crate) fn free_permits(&self, tokens: Vec<String>) {
+        if !tokens.is_empty() {
+            let _ = self.tx.send(Job::Free(tokens));
+        }
+    }
+
+    /// Pushes a permit's deadline to `lease_ms` (plus the margin) from now,
+    /// after its delivery's lease was extended by as much.
+    pub(crate) async fn extend_permit(&self, token: &str, lease_ms: u64) -> Result<()> {
+        let (id, cmd) = inflight::extend(self.permits.keys(), lease_ms + MARGIN_MS, &[token]);
+        self.topic.redis().run_one(id, cmd).await.map(|_| ())
     }
 
     /// Settles and waits for the outcome.
@@ -61,13 +99,13 @@ impl Settler {
     ) -> Result<Settled> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Request {
+            .send(Job::Settle(Request {
                 slot,
                 id,
                 fence,
                 op,
                 reply: Some(reply),
-            })
+            }))
             .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer has stopped"))?;
         rx.await
             .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer has stopped"))?
@@ -75,17 +113,17 @@ impl Settler {
 
     /// Settles without waiting (used on drop, where nothing can be awaited).
     pub(crate) fn settle_detached(&self, slot: u32, id: Vec<u8>, fence: Option<Fence>, op: Op) {
-        let _ = self.tx.send(Request {
+        let _ = self.tx.send(Job::Settle(Request {
             slot,
             id,
             fence,
             op,
             reply: None,
-        });
+        }));
     }
 }
 
-async fn run(topic: Topic, mut rx: mpsc::UnboundedReceiver<Request>) {
+async fn run(topic: Topic, permits: Arc<Permits>, mut rx: mpsc::UnboundedReceiver<Job>) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         // Drain what is queued; while the batch is small, let the tasks that
@@ -102,7 +140,30 @@ async fn run(topic: Topic, mut rx: mpsc::UnboundedReceiver<Request>) {
             }
             tokio::task::yield_now().await;
         }
-        flush(&topic, batch).await;
+        let mut settles = Vec::with_capacity(batch.len());
+        let mut tokens = Vec::new();
+        for job in batch {
+            match job {
+                Job::Settle(r) => settles.push(r),
+                Job::Free(t) => tokens.extend(t),
+            }
+        }
+        if !settles.is_empty() {
+            flush(&topic, settles).await;
+        }
+        free(&topic, &permits, tokens).await;
+    }
+}
+
+/// Frees permits in one call. A lost free only holds the permits until
+/// their deadline: it lowers the cap for a while, never raises it.
+async fn free(topic: &Topic, permits: &Permits, tokens: Vec<String>) {
+    if tokens.is_empty() {
+        return;
+    }
+    let (id, cmd) = inflight::free(permits.keys(), &topic.channel_for(0), &tokens);
+    if let Err(e) = topic.redis().run_one(id, cmd).await {
+        tracing::debug!(topic = %topic.name(), "freeing in-flight permits failed (they run out at their deadline): {e}");
     }
 }
 

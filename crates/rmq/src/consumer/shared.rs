@@ -17,6 +17,10 @@ use crate::topic::TopicKind;
 pub(crate) struct Shared {
     schedule: Mutex<Schedule>,
     pub(crate) notify: Notify,
+    /// Wakes a fetch loop that waits for an in-flight cap permit (a
+    /// `room` notice): apart from `notify`, so that notices of new
+    /// messages do not make a capped consumer ask for permits again.
+    pub(crate) room: Notify,
     /// Serial mode: the slots this consumer owns.
     pub(crate) ownership: Option<Arc<Mutex<Ownership>>>,
     /// Why the consumer stopped by itself (its topic was deleted).
@@ -29,6 +33,7 @@ impl Shared {
         Shared {
             schedule: Mutex::new(Schedule::new(kind, slots)),
             notify: Notify::new(),
+            room: Notify::new(),
             ownership: member.map(|m| Arc::new(Mutex::new(Ownership::new(m)))),
             stopped: Mutex::new(None),
         }

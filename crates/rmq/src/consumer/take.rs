@@ -2,6 +2,7 @@
 //! tests (a long-running consumer uses [`Topic::consumer`]).
 
 use super::delivery::Delivery;
+use super::inflight::{Permits, Taken};
 use super::pop;
 use super::rate;
 use super::settler::Settler;
@@ -13,11 +14,23 @@ impl Topic {
     /// Takes up to `max` due messages right now, without waiting, slot by
     /// slot from slot 0 (no cross-slot priority order). For tools, scripts
     /// and tests; a long-running consumer should use [`Topic::consumer`].
-    /// A rate-limited topic gives what its bucket grants now (maybe none).
+    /// A rate-limited topic gives what its bucket grants now (maybe none);
+    /// a capped one at most the permits it grants now, each delivery
+    /// holding one until it is ended.
     pub async fn take(&self, max: usize) -> Result<Vec<Delivery>> {
         let settings = self.settings().await?;
-        let max = rate::take(self, max).await?.tokens;
-        let settler = Settler::spawn(self.clone());
+        let rated = rate::take(self, max).await?.tokens;
+        let settler = Settler::spawn(self.clone(), Permits::new(self));
+        let lease = self.spec.lease_ms;
+        let (max, mut tokens) = match settler.permits().take(self, rated, lease).await {
+            Ok(Taken::Uncapped) => (rated, None),
+            Ok(Taken::Granted(t)) => (t.len(), Some(t)),
+            Ok(Taken::Refused { .. }) => (0, Some(Vec::new())),
+            Err(e) => {
+                rate::give_back(self, rated);
+                return Err(e);
+            }
+        };
         let mut out: Vec<Delivery> = Vec::new();
         for slot in 0..self.spec.slots {
             // Per call at most 1000 (the pop script's own limit).
@@ -33,24 +46,24 @@ impl Topic {
                         for d in out {
                             let _ = d.release().await;
                         }
-                        rate::give_back(self, max);
+                        rate::give_back(self, rated);
+                        settler.free_permits(tokens.unwrap_or_default());
                         return Err(e);
                     }
                 };
                 let popped = pop::parse_pop(&self.spec, slot, v);
                 let got = popped.messages.len();
-                out.extend(
-                    popped
-                        .messages
-                        .into_iter()
-                        .map(|m| Delivery::new(m, settler.clone(), None, None)),
-                );
+                out.extend(popped.messages.into_iter().map(|m| {
+                    let token = tokens.as_mut().and_then(Vec::pop);
+                    Delivery::new(m, settler.clone(), None, None).with_cap_permit(token)
+                }));
                 if got < want {
                     break;
                 }
             }
         }
-        rate::give_back(self, max - out.len());
+        rate::give_back(self, rated - out.len());
+        settler.free_permits(tokens.unwrap_or_default());
         Ok(out)
     }
 }
@@ -73,7 +86,7 @@ impl Topic {
         let (id, cmd) = pop::pop_call(self, &self.settings().await?.args, slot, 1, Some(&fence));
         let v = self.redis().run_one(id, cmd).await?;
         let popped = pop::parse_pop(&self.spec, slot, v);
-        let settler = Settler::spawn(self.clone());
+        let settler = Settler::spawn(self.clone(), Permits::new(self));
         Ok(popped
             .messages
             .into_iter()

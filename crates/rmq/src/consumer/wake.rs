@@ -1,7 +1,9 @@
 //! Wake-ups: a dedicated pub/sub connection listens on the topic's channel
 //! (a single node) or its sharded channels (a cluster: one per hash tag, on
 //! the node that owns it, so no notice is broadcast to every node), where
-//! send and settle announce a slot's new head as `<slot>,<score>`.
+//! send and settle announce a slot's new head as `<slot>,<score>`, and
+//! the in-flight cap announces `room` when a permit is freed while a
+//! consumer waits for one (on slot 0's channel, where its keys live).
 //! It turns each notice into a hint and wakes the fetcher. After every
 //! (re)connection it marks all slots for a look, since notices sent while
 //! it was away are lost.
@@ -39,6 +41,10 @@ fn deliver(topic: &str, shared: &Shared, payload: &[u8]) {
     match parse(payload) {
         Some(Notice::Head { slot, score }) => shared.lock().notify(slot, score),
         Some(Notice::RetryAt { slot, ms }) => shared.lock().wake_at(slot, ms),
+        Some(Notice::Room) => {
+            shared.room.notify_one();
+            return;
+        }
         None => return,
     }
     shared.notify.notify_one();
@@ -168,9 +174,14 @@ enum Notice {
     Head { slot: u32, score: i64 },
     /// `<slot>,<ms>,t`: a retry in the slot is due at this server time.
     RetryAt { slot: u32, ms: i64 },
+    /// `room`: an in-flight cap permit was freed while a consumer waited.
+    Room,
 }
 
 fn parse(p: &[u8]) -> Option<Notice> {
+    if p == b"room" {
+        return Some(Notice::Room);
+    }
     let s = std::str::from_utf8(p).ok()?;
     let mut parts = s.split(',');
     let slot = parts.next()?.parse().ok()?;
@@ -197,6 +208,7 @@ mod tests {
         );
         assert_eq!(parse(b"3,17,t"), Some(Notice::RetryAt { slot: 3, ms: 17 }));
         assert_eq!(parse(b"3,17,x"), None);
+        assert_eq!(parse(b"room"), Some(Notice::Room));
         assert_eq!(parse(b"x"), None);
     }
 }

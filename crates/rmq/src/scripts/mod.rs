@@ -14,6 +14,7 @@ pub(crate) mod admin;
 pub(crate) mod codes;
 pub(crate) mod control;
 pub(crate) mod functions;
+pub(crate) mod inflight;
 pub(crate) mod lease;
 pub(crate) mod membership;
 pub(crate) mod pop;
@@ -83,10 +84,11 @@ pub(crate) enum ScriptId {
     DropSlot,
     Groups,
     Rate,
+    InFlight,
 }
 
 impl ScriptId {
-    pub(crate) const ALL: [ScriptId; 19] = [
+    pub(crate) const ALL: [ScriptId; 20] = [
         ScriptId::Send,
         ScriptId::Pop,
         ScriptId::Settle,
@@ -106,6 +108,7 @@ impl ScriptId {
         ScriptId::DropSlot,
         ScriptId::Groups,
         ScriptId::Rate,
+        ScriptId::InFlight,
     ];
 
     pub(crate) fn source(self) -> (&'static str, &'static str) {
@@ -137,6 +140,9 @@ impl ScriptId {
             ScriptId::Groups => ("#!lua flags=allow-oom", include_str!("lua/groups.lua")),
             // Taking tokens comes before taking messages: allowed at maxmemory.
             ScriptId::Rate => ("#!lua flags=allow-oom", include_str!("lua/rate.lua")),
+            // Permits come before messages and go after them: freeing must
+            // work at maxmemory, and so must taking (a full Redis drains).
+            ScriptId::InFlight => ("#!lua flags=allow-oom", include_str!("lua/inflight.lua")),
         }
     }
 }
@@ -165,6 +171,7 @@ impl ScriptId {
             ScriptId::DropSlot => "drop_slot",
             ScriptId::Groups => "groups",
             ScriptId::Rate => "rate",
+            ScriptId::InFlight => "inflight",
         }
     }
 
@@ -378,6 +385,7 @@ mod tests {
                         | ScriptId::ReplaceTopic
                         | ScriptId::Groups
                         | ScriptId::Rate
+                        | ScriptId::InFlight
                 )
             })
             .collect();

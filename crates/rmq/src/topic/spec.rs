@@ -120,6 +120,12 @@ pub struct TopicSpec {
     /// (the bucket's size; at least 1 when a rate is set).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub rate_burst: u32,
+    /// Global in-flight cap: deliveries of this topic in flight at once
+    /// across all its consumers (0 = none). Enforced in Redis with one
+    /// permit per delivery, freed when its end is recorded or its lease
+    /// would have run out.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub max_in_flight: u32,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -129,6 +135,9 @@ fn is_zero(n: &u64) -> bool {
 fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
+
+/// The highest in-flight cap a topic may have.
+pub const MAX_IN_FLIGHT: u32 = 1_000_000;
 
 /// The highest rate limit and burst a topic may have.
 pub const MAX_RATE: u32 = 10_000_000;
@@ -154,6 +163,7 @@ impl TopicSpec {
             dead_letter_ttl_ms: 0,
             rate_per_sec: 0,
             rate_burst: 0,
+            max_in_flight: 0,
         }
     }
 
@@ -210,6 +220,17 @@ impl TopicSpec {
         self
     }
 
+    /// Caps the deliveries of the topic in flight at once, across all its
+    /// consumers and processes, at `n` (0 removes the cap). A permit is
+    /// taken per delivery before its pop and freed once its end is
+    /// recorded (ack, nack, dead letter, release) or, when its consumer
+    /// died, once its lease would have run out. Running consumers follow a
+    /// change at their next pop round.
+    pub fn max_in_flight(mut self, n: u32) -> Self {
+        self.max_in_flight = n;
+        self
+    }
+
     /// Checks every field; the error says which and what is allowed.
     pub fn validate(&self) -> Result<()> {
         validate_topic_name(&self.name)?;
@@ -256,6 +277,10 @@ impl TopicSpec {
         check(
             (self.rate_per_sec == 0) == (self.rate_burst == 0),
             "a rate limit needs a burst of at least 1, and a burst needs a rate",
+        )?;
+        check(
+            self.max_in_flight <= MAX_IN_FLIGHT,
+            "the in-flight cap must be at most 1000000",
         )?;
         Ok(())
     }

@@ -27,7 +27,7 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
         .arg(cmd)
         .env("RMQ_KEY", env_value(&m.key))
         .env("RMQ_ATTEMPT", m.attempt.to_string())
-        .env("RMQ_TOPIC", &ctx.topic)
+        .env("RMQ_TOPIC", &m.topic)
         .env("RMQ_SLOT", m.slot.to_string())
         .env(
             "RMQ_FENCE",
@@ -71,7 +71,7 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
     let stderr_task = child.stderr.take().map(|s| tokio::spawn(forward_stderr(s)));
 
     let status = tokio::select! {
-        r = d.while_held(child.wait(), ctx.lease, true) => match r {
+        r = d.while_held(child.wait(), ctx.lease_of(&m.topic), true) => match r {
             Ok(status) => status,
             Err(LeaseLost) => {
                 // Serial mode: another member owns the slot now; stop at once.

@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use futures::StreamExt;
 use rmq::{CancellationToken, Delivery, Settled};
 use serde::Serialize;
 use tokio::signal::unix::{signal, SignalKind};
@@ -39,6 +38,7 @@ use crate::reaper::Reaper;
 use crate::{connect, CliError, CliResult, Global};
 
 mod exec;
+mod source;
 use exec::handle_exec;
 
 /// How long to wait for a finished child's stderr to close (a background
@@ -47,7 +47,8 @@ const STDERR_LINGER: Duration = Duration::from_millis(200);
 
 #[derive(Debug, Args)]
 pub struct ConsumeArgs {
-    /// Topic name
+    /// Topic name, or several comma-separated: one pool over them, each
+    /// topic's share adapted to how its handler keeps up (see --no-adaptive)
     pub topic: String,
     /// Stop after N deliveries were ended
     #[arg(long, value_name = "N")]
@@ -79,17 +80,44 @@ pub struct ConsumeArgs {
     /// Serial mode: how long a slot lease lasts unless renewed
     #[arg(long, value_name = "MS", default_value_t = 6000, requires = "serial")]
     pub slot_lease: u64,
+    /// Several topics: fixed shares instead of adaptive ones (the pool split
+    /// by --share-weight, each topic capped at its --share-max)
+    #[arg(long)]
+    pub no_adaptive: bool,
+    /// Several topics: a topic's weight when the pool is contended, as
+    /// TOPIC=N (repeatable) [default: 1]
+    #[arg(long, value_name = "TOPIC=N", value_parser = parse_share)]
+    pub share_weight: Vec<(String, usize)>,
+    /// Several topics: deliveries of a topic that may always run, as
+    /// TOPIC=N (repeatable) [default: 1]
+    #[arg(long, value_name = "TOPIC=N", value_parser = parse_share)]
+    pub share_min: Vec<(String, usize)>,
+    /// Several topics: deliveries of a topic that may run at most, as
+    /// TOPIC=N (repeatable) [default: the whole pool]
+    #[arg(long, value_name = "TOPIC=N", value_parser = parse_share)]
+    pub share_max: Vec<(String, usize)>,
     /// Serve this process's metrics (deliveries, lateness, handler duration
     /// and outcomes, ...) for Prometheus at http://ADDR/metrics
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
+/// `TOPIC=N`.
+fn parse_share(s: &str) -> Result<(String, usize), String> {
+    let (t, n) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: use TOPIC=N"))?;
+    let n = n
+        .parse()
+        .map_err(|_| format!("{s:?}: {n:?} is not a whole number"))?;
+    Ok((t.to_string(), n))
+}
+
 /// What every handler task needs.
 struct Ctx {
     out: Out,
-    topic: String,
-    lease: Duration,
+    /// Each topic's lease, by name.
+    leases: std::collections::HashMap<String, Duration>,
     exec: Option<String>,
     /// Kills the handlers' process groups if this process dies (`--exec`).
     reaper: Option<Reaper>,
@@ -99,6 +127,16 @@ struct Ctx {
     /// Fires when stdout is closed: stop consuming.
     stop: CancellationToken,
     stdout_closed: AtomicBool,
+}
+
+impl Ctx {
+    /// The lease of a topic's deliveries (30 s for a topic not known).
+    fn lease_of(&self, topic: &str) -> Duration {
+        self.leases
+            .get(topic)
+            .copied()
+            .unwrap_or(Duration::from_secs(30))
+    }
 }
 
 /// How one delivery ended.
@@ -177,7 +215,13 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
             .install()
             .map_err(|e| CliError::runtime(format!("cannot serve metrics on {addr}: {e}")))?;
     }
-    let (_client, topic) = connect::topic(g, &a.topic).await?;
+    let names: Vec<&str> = a.topic.split(',').map(str::trim).collect();
+    check_shares(&a, &names)?;
+    let client = connect::client(g).await?;
+    let mut topics = Vec::with_capacity(names.len());
+    for name in &names {
+        topics.push(client.topic(name).await?);
+    }
     let mut sigint = signal(SignalKind::interrupt())
         .map_err(|e| CliError::runtime(format!("cannot listen for SIGINT: {e}")))?;
     let mut sigterm = signal(SignalKind::terminate())
@@ -189,8 +233,15 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
     let cancel = CancellationToken::new();
     let ctx = Arc::new(Ctx {
         out,
-        topic: topic.name().to_string(),
-        lease: Duration::from_millis(topic.spec().lease_ms),
+        leases: topics
+            .iter()
+            .map(|t| {
+                (
+                    t.name().to_string(),
+                    Duration::from_millis(t.spec().lease_ms),
+                )
+            })
+            .collect(),
         exec: a.exec.clone(),
         reaper: a.exec.as_ref().map(|_| Reaper::start()),
         fail: a.fail,
@@ -198,14 +249,7 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
         stop: cancel.clone(),
         stdout_closed: AtomicBool::new(false),
     });
-    let mut consumer = topic.consumer().concurrency(usize::from(a.concurrency));
-    if a.serial {
-        consumer = consumer
-            .serial(a.group.clone())
-            .member_timeout(Duration::from_millis(a.member_timeout))
-            .slot_lease(Duration::from_millis(a.slot_lease));
-    }
-    let mut stream = consumer.stream(cancel.clone());
+    let mut stream = source::Source::start(&a, topics, cancel.clone());
     let mut tasks: JoinSet<Ended> = JoinSet::new();
     let mut report = Report::default();
     let mut started = 0u64;
@@ -256,6 +300,7 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
             _ = sighup.recv() => stop_now(&cancel, &ctx.kill),
         }
     }
+    let pool_limits = stream.limits();
     // Serial mode: release the slot leases so other members take over at once.
     stream.close().await;
 
@@ -279,10 +324,42 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
                 report.failed
             ));
         }
+        if let Some(l) = pool_limits {
+            s.push_str(&format!("; pool limits at the end: {l}"));
+        }
         output::note(&s);
     }
     if ctx.stdout_closed.load(Ordering::Relaxed) {
         return Err(CliError::quiet());
+    }
+    Ok(())
+}
+
+/// The share flags name topics of the pool, and only with several topics.
+fn check_shares(a: &ConsumeArgs, names: &[&str]) -> CliResult {
+    let named = a
+        .share_weight
+        .iter()
+        .chain(&a.share_min)
+        .chain(&a.share_max)
+        .map(|(t, _)| t.as_str());
+    let flags = a.no_adaptive || named.clone().next().is_some();
+    if names.len() < 2 && flags {
+        return Err(CliError::usage(
+            "--no-adaptive and --share-* apply to a pool over several topics (TOPIC1,TOPIC2,...)",
+        ));
+    }
+    for t in named {
+        if !names.contains(&t) {
+            return Err(CliError::usage(format!(
+                "--share-* names {t:?}, which is not one of the topics consumed ({})",
+                names.join(",")
+            )));
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(dup) = names.iter().find(|n| !seen.insert(**n)) {
+        return Err(CliError::usage(format!("topic {dup:?} is named twice")));
     }
     Ok(())
 }
@@ -320,6 +397,7 @@ fn print(ctx: &Ctx, f: impl FnOnce(Out) -> CliResult) -> bool {
 }
 
 async fn handle(ctx: Arc<Ctx>, d: Delivery) -> Ended {
+    let topic = d.topic.clone();
     if ctx.kill.is_cancelled() {
         return release(d).await;
     }
@@ -329,7 +407,7 @@ async fn handle(ctx: Arc<Ctx>, d: Delivery) -> Ended {
         None => handle_print(&ctx, d).await,
     };
     let secs = started.elapsed().as_secs_f64();
-    rmq::observe::handled(&ctx.topic, ended.label(), secs);
+    rmq::observe::handled(&topic, ended.label(), secs);
     ended
 }
 
