@@ -8,8 +8,9 @@
 //! Errors never panic: each one prints a single `error: <message>` line on
 //! stderr (the library's messages already say what to do) and the process
 //! exits with 2 for bad input (a wrong argument, an unknown topic, a
-//! conflicting definition, a message the server refused) or 1 for a runtime
-//! failure (Redis unreachable, Redis errors, a failed child process).
+//! conflicting definition, a message the server refused), 75 when a bounded
+//! topic is full (EX_TEMPFAIL: retry later), or 1 for a runtime failure
+//! (Redis unreachable, Redis errors, a failed child process).
 //! clap reports its own usage errors, also with exit code 2.
 
 mod cmd;
@@ -123,6 +124,10 @@ pub enum Command {
     ReapHandlers,
 }
 
+/// Exit code of a send refused because its bounded topic is full
+/// (sysexits' EX_TEMPFAIL: a temporary failure, retry later).
+pub const EXIT_FULL: u8 = 75;
+
 /// An error that ends the process: one line on stderr and an exit code.
 #[derive(Debug)]
 pub struct CliError {
@@ -171,6 +176,7 @@ impl From<rmq::Error> for CliError {
             | K::TopicConflict
             | K::NotWaiting
             | K::TopicInUse => 2,
+            K::Full => EXIT_FULL,
             _ => 1,
         };
         CliError {

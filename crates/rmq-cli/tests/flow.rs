@@ -366,3 +366,76 @@ fn pool_flags_are_checked_before_anything_is_consumed() {
     let e = env.rmq(&["consume", "a,nope", "--max", "1"]).one_error(2);
     assert!(e.contains("nope"), "{e}");
 }
+
+/// A bounded topic from the command line: `--max-pending 3` takes three
+/// new messages; a fourth is refused with exit code 75 (retry later) and
+/// one error line; a merge still succeeds; a batch reports each refusal on
+/// its own line and exits 75 when only full refusals happened; a consumer
+/// makes room; `topic show` says how full it is.
+#[test]
+fn a_full_topic_refuses_sends_with_exit_code_75_and_takes_merges() {
+    let env = Env::new();
+    env.ok(&[
+        "topic",
+        "create",
+        "b",
+        "--kind",
+        "priority",
+        "--slots",
+        "2",
+        "--max-pending",
+        "3",
+    ]);
+    fill(&env, "b", 3);
+    let full = env.rmq(&["send", "b", "new", "--key", "z", "--priority", "1"]);
+    let line = full.one_error(75);
+    assert!(
+        line.contains("full") && line.contains("bound of 3"),
+        "{line}"
+    );
+    env.ok(&["send", "b", "newer", "--key", "k0", "--priority", "1"]);
+    let show = env.ok(&["topic", "show", "b"]);
+    assert!(
+        show.stdout
+            .contains("3 messages waiting or in flight (3 counted now)"),
+        "{show:?}"
+    );
+    // A batch: one merge and two new messages on a full topic.
+    let lines = "{\"payload\":\"v\",\"key\":\"k1\",\"priority\":1}\n\
+                 {\"payload\":\"v\",\"key\":\"n1\",\"priority\":1}\n\
+                 {\"payload\":\"v\",\"key\":\"n2\",\"priority\":1}\n";
+    let batch = env.rmq_in(&["send", "b", "--batch"], lines.as_bytes());
+    assert_eq!(batch.code, 75, "{batch:?}");
+    let errors: Vec<&str> = batch.stderr.lines().collect();
+    assert_eq!(errors.len(), 2, "{batch:?}");
+    assert!(
+        errors[0].starts_with("error: line 2: the topic is full"),
+        "{batch:?}"
+    );
+    assert!(
+        errors[1].starts_with("error: line 3: the topic is full"),
+        "{batch:?}"
+    );
+    assert!(
+        batch
+            .stdout
+            .contains("1 merged into waiting messages, 2 refused (2 because the topic is full"),
+        "{batch:?}"
+    );
+    // A consumer acks all three: room for three again.
+    env.ok(&["consume", "b", "--max", "3"]);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            env.rmq(&["send", "b", "again", "--key", "z", "--priority", "1"])
+                .code
+                == 0
+        }),
+        "room never came back"
+    );
+    let v = env.ok(&["--json", "topic", "show", "b"]).json();
+    assert_eq!(
+        (&v[0]["max_pending"], &v[0]["bound_held"]),
+        (&3.into(), &1.into()),
+        "{v:?}"
+    );
+}

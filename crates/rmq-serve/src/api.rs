@@ -172,6 +172,7 @@ pub(crate) struct CreateBody {
     rate_per_sec: Option<u32>,
     rate_burst: Option<u32>,
     max_in_flight: Option<u32>,
+    max_pending: Option<u64>,
 }
 
 impl CreateBody {
@@ -192,6 +193,7 @@ impl CreateBody {
             rate_per_sec: self.rate_per_sec,
             rate_burst: self.rate_burst,
             max_in_flight: self.max_in_flight,
+            max_pending: self.max_pending,
         }
         .apply(spec)
     }
@@ -242,6 +244,9 @@ pub(crate) struct Settings {
     rate_burst: Option<u32>,
     /// Deliveries in flight at once across all consumers (0: no cap).
     max_in_flight: Option<u32>,
+    /// Messages the topic may hold at once, waiting or in flight (0: not
+    /// bounded); a send beyond it is refused with kind Full (503).
+    max_pending: Option<u64>,
 }
 
 impl Settings {
@@ -265,6 +270,7 @@ impl Settings {
                 (None, None) => s.rate_burst,
             },
             max_in_flight: self.max_in_flight.unwrap_or(s.max_in_flight),
+            max_pending: self.max_pending.unwrap_or(s.max_pending),
             ..s
         }
     }
@@ -532,7 +538,7 @@ pub(crate) enum SendBody {
         (status = 403, description = "This server is read-only", body = ErrorBody),
         (status = 404, description = "No such topic", body = ErrorBody),
         (status = 409, description = "The state refuses it (in use, not waiting, another definition)", body = ErrorBody),
-        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable, or the bounded topic is full (one message; a batch reports per message)", body = ErrorBody),
     )
 )]
 async fn send(

@@ -43,7 +43,10 @@ pub(crate) fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::TopicConflict | ErrorKind::TopicInUse | ErrorKind::NotWaiting => {
             StatusCode::CONFLICT
         }
-        ErrorKind::Connection | ErrorKind::NotReplicated => StatusCode::SERVICE_UNAVAILABLE,
+        // Retryable: Redis away, a replica slow, a bounded topic full.
+        ErrorKind::Connection | ErrorKind::NotReplicated | ErrorKind::Full => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

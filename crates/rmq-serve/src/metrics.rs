@@ -81,6 +81,8 @@ async fn render(client: &rmq::Client) -> ApiResult<String> {
         ("rmq_topic_rate_limit", "gauge", "The topic's global rate limit in deliveries per second (0: none)."),
         ("rmq_topic_max_in_flight", "gauge", "The topic's global in-flight cap (0: none)."),
         ("rmq_topic_in_flight_permits", "gauge", "In-flight cap permits held now across all consumers of the topic (0 without a cap)."),
+        ("rmq_topic_max_pending", "gauge", "The topic's bound: messages it may hold at once, waiting or in flight (0: not bounded)."),
+        ("rmq_topic_bound_held", "gauge", "Messages counted against the topic's bound now (0 when not bounded)."),
     ]
     .into_iter()
     .map(|(name, kind, help)| Family { name, kind, help, samples: Vec::new() })
@@ -167,6 +169,15 @@ async fn render(client: &rmq::Client) -> ApiResult<String> {
             0
         };
         families[18].samples.push((topic_label.clone(), held));
+        families[19]
+            .samples
+            .push((topic_label.clone(), spec.max_pending));
+        let counted = if spec.max_pending > 0 {
+            topic.bound_usage().await?.map_or(0, |(held, _)| held)
+        } else {
+            0
+        };
+        families[20].samples.push((topic_label.clone(), counted));
     }
     let mut out = String::new();
     for f in &families {

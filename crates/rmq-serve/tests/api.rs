@@ -204,6 +204,54 @@ async fn messages_are_sent_looked_up_rescheduled_and_cancelled_by_key() {
 }
 
 #[tokio::test]
+async fn a_full_topic_refuses_new_messages_with_a_retryable_503_and_takes_merges() {
+    let s = Server::start(Access::Token(TOKEN.into())).await;
+    let (st, v) = s
+        .post(
+            "/api/v1/topics",
+            json!({"name": "b", "kind": "priority", "slots": 2, "max_pending": 2}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let msg = |k: &str| json!({"payload": "v", "key": k, "priority": 1});
+    let (st, v) = s
+        .post(
+            "/api/v1/topics/b/messages",
+            json!({"messages": [msg("a"), msg("b"), msg("c"), msg("a")]}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let kinds: Vec<String> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| match r["error"]["kind"].as_str() {
+            Some(k) => k.to_string(),
+            None => format!("merged={}", r["merged"]),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["merged=false", "merged=false", "Full", "merged=true"]
+    );
+    let (st, v) = s
+        .post(
+            "/api/v1/topics/b/messages",
+            json!({"payload": "v", "key": "d", "priority": 1}),
+        )
+        .await;
+    assert_eq!(
+        (st, error_kind(&v)),
+        (StatusCode::SERVICE_UNAVAILABLE, "Full"),
+        "{v}"
+    );
+    let (_, v) = s.get("/api/v1/topics/b/messages/d").await;
+    assert_eq!(v["state"], "absent", "a refused message wrote nothing");
+    let (_, v) = s.get("/api/v1/topics/b").await;
+    assert_eq!(v["definition"]["max_pending"], 2, "{v}");
+}
+
+#[tokio::test]
 async fn dead_letters_are_listed_by_page_requeued_and_purged() {
     let s = Server::start(Access::Token(TOKEN.into())).await;
     let topic = s
@@ -514,7 +562,8 @@ async fn a_live_scrape_passes_promtool() {
                 TopicSpec::new(name, kind)
                     .slots(2)
                     .rate_limit(100, 10)
-                    .max_in_flight(4),
+                    .max_in_flight(4)
+                    .max_pending(50),
             )
             .await
             .unwrap();
@@ -543,7 +592,9 @@ async fn a_live_scrape_passes_promtool() {
         text.contains("rmq_topic_rate_limit{topic=\"p\"} 100\n")
             && text.contains("rmq_topic_max_in_flight{topic=\"p\"} 4\n")
             && text.contains("rmq_topic_in_flight_permits{topic=\"p\"} 1\n")
-            && text.contains("rmq_topic_in_flight_permits{topic=\"f\"} 0\n"),
+            && text.contains("rmq_topic_in_flight_permits{topic=\"f\"} 0\n")
+            && text.contains("rmq_topic_max_pending{topic=\"p\"} 50\n")
+            && text.contains("rmq_topic_bound_held{topic=\"p\"} 1\n"),
         "{text}"
     );
     let mut child = std::process::Command::new("promtool")

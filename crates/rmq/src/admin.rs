@@ -58,6 +58,13 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// Messages held, waiting or in flight (what a bound counts): pending,
+    /// retry-waiting, in flight and parked behind an in-flight delivery.
+    /// Dead letters are not held.
+    pub fn held(&self) -> u64 {
+        self.pending + self.retry_waiting + self.in_flight + self.behind_in_flight
+    }
+
     fn add(&mut self, o: &Stats) {
         self.pending += o.pending;
         self.due_now += o.due_now;
@@ -295,6 +302,8 @@ impl Topic {
     /// takes the letters that were dead when the call started (server
     /// clock, per slot), each at most once: a message requeued and dead
     /// again while the call runs stays dead, so the call always ends.
+    /// On a bounded topic, requeued letters count against the bound even
+    /// beyond it (sends are refused until the topic is below it again).
     pub async fn requeue_dead(&self, which: DeadSelection) -> Result<(u64, u64)> {
         let mut total = (0, 0);
         match which {
@@ -311,6 +320,7 @@ impl Topic {
                 for r in replies.into_iter().map(Requeued::parse) {
                     total = (total.0 + r.requeued, total.1 + r.merged);
                 }
+                self.count_in_room(total.0).await?;
             }
             DeadSelection::OlderThan(_) => {
                 return Err(Error::new(
@@ -321,6 +331,9 @@ impl Topic {
             DeadSelection::All => {
                 for slot in 0..self.spec.slots {
                     let (requeued, merged) = self.requeue_all_of(slot).await?;
+                    // Counted slot by slot: a failure later leaves the
+                    // count right for the slots done.
+                    self.count_in_room(requeued).await?;
                     total = (total.0 + requeued, total.1 + merged);
                 }
             }

@@ -58,6 +58,11 @@ pub enum ErrorKind {
     /// A topic to delete still holds messages or has live consumers (and
     /// the delete was not forced): nothing was changed.
     TopicInUse,
+    /// The topic is bounded (`max_pending`) and holds as many messages as
+    /// it may: the new message was refused and nothing was written.
+    /// Retryable: room comes back as messages end. A merge into a message
+    /// the topic holds is never refused.
+    Full,
 }
 
 /// The error type of every fallible rmq call.
@@ -76,7 +81,10 @@ impl Error {
         Error {
             kind,
             message: message.into(),
-            retryable: matches!(kind, ErrorKind::Connection | ErrorKind::NotReplicated),
+            retryable: matches!(
+                kind,
+                ErrorKind::Connection | ErrorKind::NotReplicated | ErrorKind::Full
+            ),
             source: None,
         }
     }
@@ -106,6 +114,11 @@ impl Error {
     /// Decodes a per-message refusal code of the send script.
     pub(crate) fn from_send_code(code: i64, max_payload: usize, tolerance_ms: u64) -> Self {
         match code {
+            -4 => Error::new(
+                ErrorKind::Full,
+                "the topic is full: it holds as many messages as its bound (max pending) allows; \
+                 nothing was written; retry later (room comes back as messages end)",
+            ),
             -1 => Error::new(
                 ErrorKind::PastDue,
                 format!(

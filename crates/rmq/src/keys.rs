@@ -72,6 +72,14 @@ pub(crate) fn cap_keys(prefix: &str, topic: &str) -> [String; 2] {
     [format!("{base}:cap"), format!("{base}:capz")]
 }
 
+/// A bounded topic's room: HASH `limit` (messages at most) and `live`
+/// (messages held). Slot 0's hash tag, as the cap's: the settler gives
+/// room back and frees permits in one call to one node.
+pub(crate) fn room_key(prefix: &str, topic: &str) -> String {
+    let tag = slot_tag(topic, 0, 1);
+    format!("{prefix}:{{{tag}}}:{topic}:room")
+}
+
 /// HASH: a consumer group's members -> heartbeat deadline (serial mode).
 pub(crate) fn group_key(prefix: &str, topic: &str, group: &str) -> String {
     format!("{prefix}:group:{topic}:{group}")

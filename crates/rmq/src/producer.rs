@@ -15,8 +15,9 @@ const PER_CALL: usize = 1_000;
 /// Messages per `send_batch`: bounds one call's memory on both sides.
 pub const MAX_BATCH: usize = 100_000;
 
-/// A send call and the indices of the messages it carries.
-type SendCall = ((ScriptId, redis::Cmd), Vec<usize>);
+/// A send call, the indices of the messages it carries, and the room it
+/// may use (new messages at most; 0 when the topic is not bounded).
+type SendCall = ((ScriptId, redis::Cmd), (Vec<usize>, usize));
 
 /// The result of [`Topic::send_batch`]: one result per message, in order.
 /// A message the server refused (a due time in the past by its clock)
@@ -74,32 +75,44 @@ impl Topic {
         let spec = &settings.spec;
         let specs = self.check_batch(spec, messages)?;
         let slots: Vec<u32> = messages.iter().map(|m| self.slot_of(m.basis())).collect();
-        let per_slot = self.send_calls(spec, messages, &specs, &slots);
+        let granted = self.reserve_room(messages.len()).await?;
+        let per_slot = self.send_calls(spec, messages, &specs, &slots, granted);
         let mut results: Vec<Option<Result<Sent>>> = (0..messages.len()).map(|_| None).collect();
+        // Room reserved and surely not used: given back at the end. A call
+        // whose outcome is unknown keeps its room (the bound holds; some
+        // room is lost until a recount).
+        let mut unused = granted.unwrap_or(0);
         for (n, round) in in_order_rounds(per_slot).into_iter().enumerate() {
             let (calls, members): (Vec<_>, Vec<_>) = round
                 .into_iter()
-                .filter(|(_, m)| m.iter().all(|&i| results[i].is_none()))
+                .filter(|(_, (m, _))| m.iter().all(|&i| results[i].is_none()))
                 .unzip();
             if calls.is_empty() {
                 continue;
             }
             let replies = match self.redis().run_waiting(calls, self.durability).await {
                 Ok(r) => r,
-                Err(e) if n == 0 => return Err(e),
+                Err(e) if n == 0 => {
+                    unused -= members.iter().map(|(_, room)| room).sum::<usize>();
+                    self.give_back_room(unused as u64).await;
+                    return Err(e);
+                }
                 // Earlier rounds' results stand; this round's and the rest
                 // share the error (this round's may or may not have run).
                 Err(e) => {
+                    unused -= members.iter().map(|(_, room)| room).sum::<usize>();
                     for r in results.iter_mut().filter(|r| r.is_none()) {
                         *r = Some(Err(e.duplicate()));
                     }
                     break;
                 }
             };
-            for ((reply, acked), members) in replies.into_iter().zip(members) {
-                self.record(spec, reply, acked, &members, &slots, &mut results);
+            for ((reply, acked), (members, room)) in replies.into_iter().zip(members) {
+                let new = self.record(spec, reply, acked, &members, &slots, &mut results);
+                unused -= new.unwrap_or(room).min(room);
             }
         }
+        self.give_back_room(unused as u64).await;
         Ok(BatchReport {
             results: results
                 .into_iter()
@@ -147,6 +160,7 @@ impl Topic {
         messages: &[Message],
         specs: &[String],
         slots: &[u32],
+        granted: Option<usize>,
     ) -> Vec<Vec<SendCall>> {
         let mut by_slot: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         for (i, &slot) in slots.iter().enumerate() {
@@ -162,6 +176,10 @@ impl Topic {
             let channel = self.channel_for(*slot);
             let mut chunks = Vec::new();
             for chunk in idxs.chunks(PER_CALL) {
+                // The room goes to the first `granted` messages of the
+                // batch; each call may add as many new ones as it holds of
+                // them (a merge among them leaves its unit unused).
+                let room = granted.map(|g| chunk.iter().filter(|&&i| i < g).count());
                 let request = SendRequest {
                     keys: &keys,
                     kind,
@@ -169,6 +187,7 @@ impl Topic {
                     tolerance_ms: &tolerance,
                     channel: &channel,
                     slot: &slot_s,
+                    room,
                     items: chunk
                         .iter()
                         .map(|&i| Item {
@@ -178,16 +197,17 @@ impl Topic {
                         })
                         .collect(),
                 };
-                chunks.push((request.call(), chunk.to_vec()));
+                chunks.push((request.call(), (chunk.to_vec(), room.unwrap_or(0))));
             }
             per_slot.push(chunks);
         }
         per_slot
     }
 
-    /// Records one send call's reply for its messages. A failed call fails
-    /// the later calls of its slot too: they would overtake it if it ran
-    /// after all.
+    /// Records one send call's reply for its messages; returns how many
+    /// were new (None when the call failed: it may or may not have run). A
+    /// failed call fails the later calls of its slot too: they would
+    /// overtake it if it ran after all.
     fn record(
         &self,
         spec: &TopicSpec,
@@ -196,19 +216,22 @@ impl Topic {
         members: &[usize],
         slots: &[u32],
         results: &mut [Option<Result<Sent>>],
-    ) {
+    ) -> Option<usize> {
         match reply {
             Ok(v) => {
                 let codes = send::reply_codes(v, members.len());
+                let new = codes.iter().filter(|&&c| send::is_new(c)).count();
                 for (&i, code) in members.iter().zip(codes) {
                     let sent = codes::sent(
                         code,
                         slots[i],
                         spec.max_payload_bytes,
                         spec.past_tolerance_ms,
-                    );
+                    )
+                    .map_err(|e| full_with_bound(e, spec.max_pending));
                     results[i] = Some(sent.and_then(|s| self.check_replicated(s, acked)));
                 }
+                Some(new)
             }
             Err(e) => {
                 let slot = members.first().map(|&i| slots[i]);
@@ -217,9 +240,24 @@ impl Topic {
                         *r = Some(Err(e.duplicate()));
                     }
                 }
+                None
             }
         }
     }
+}
+
+/// A Full refusal that names the topic's bound.
+fn full_with_bound(e: Error, bound: u64) -> Error {
+    if e.kind() != ErrorKind::Full {
+        return e;
+    }
+    Error::new(
+        ErrorKind::Full,
+        format!(
+            "the topic is full: it holds its bound of {bound} messages (max pending); \
+             nothing was written; retry later (room comes back as messages end)"
+        ),
+    )
 }
 
 /// Orders a batch's calls into rounds: round k holds the k-th call of every

@@ -106,9 +106,27 @@ struct Model {
     cancelled_in_flight: BTreeSet<String>,
     cancelled: u64,
     paused: bool,
+    /// The topic's bound (max pending), if any.
+    bound: Option<u64>,
 }
 
 impl Model {
+    /// Messages held: what a bound counts.
+    fn held(&self) -> u64 {
+        (self.pending.len() + self.in_flight.len() + self.parked.len()) as u64
+    }
+
+    /// Whether a send of `key` now would be refused as full: it adds a
+    /// message (merges never do) and the topic holds its bound.
+    fn full_for(&self, key: &str) -> bool {
+        let adds = if self.in_flight.contains_key(key) {
+            !self.parked.contains_key(key)
+        } else {
+            !self.pending.contains_key(key)
+        };
+        adds && self.bound.is_some_and(|b| self.held() >= b)
+    }
+
     fn send(&mut self, key: &str, prio: u32, payload: String) -> (bool, bool) {
         self.sent += 1;
         if self.in_flight.contains_key(key) {
@@ -326,6 +344,22 @@ async fn check(topic: &Topic, m: &Model) -> Result<(), TestCaseError> {
     prop_assert_eq!((st.sent, st.merged, st.acked), (m.sent, m.merged, m.acked));
     prop_assert_eq!(st.cancelled, m.cancelled);
     prop_assert_eq!(st.paused_slots, u64::from(m.paused));
+    if let Some(bound) = m.bound {
+        // The bound's count is what the topic holds, once the room given
+        // back after settles (in the background) has landed.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let usage = topic
+                .bound_usage()
+                .await
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            if usage == Some((m.held(), bound)) || std::time::Instant::now() > deadline {
+                prop_assert_eq!(usage, Some((m.held(), bound)), "the bound's count");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
     let dead = topic
         .dead_letters(100)
         .await
@@ -339,12 +373,29 @@ async fn check(topic: &Topic, m: &Model) -> Result<(), TestCaseError> {
 
 #[test]
 fn protocol_matches_the_model_after_every_step() {
-    run_model(100, 50, op().boxed(), Duration::from_secs(600), None);
+    run_model(100, 50, op().boxed(), Duration::from_secs(600), None, None);
 }
 
 #[test]
 fn crashes_and_lease_expiry_match_the_model() {
-    run_model(12, 25, op_with_crashes().boxed(), CRASH_LEASE, None);
+    run_model(12, 25, op_with_crashes().boxed(), CRASH_LEASE, None, None);
+}
+
+/// With a bound of 2 (three keys), a send that would add a message to a
+/// topic holding two is refused as Full and changes nothing; merges pass;
+/// every end (ack, dead, cancel, superseded, a crash's rolled-back lease)
+/// gives its room back, so the count is always what the topic holds.
+#[test]
+fn a_bound_refuses_only_new_messages_of_a_full_topic_and_counts_exactly() {
+    run_model(
+        30,
+        40,
+        op().boxed(),
+        Duration::from_secs(600),
+        None,
+        Some(2),
+    );
+    run_model(6, 25, op_with_crashes().boxed(), CRASH_LEASE, None, Some(2));
 }
 
 /// With an in-flight cap of 2, a take gets at most what the cap leaves
@@ -353,7 +404,14 @@ fn crashes_and_lease_expiry_match_the_model() {
 /// the cap decides how many, never which.
 #[test]
 fn an_in_flight_cap_trims_takes_and_changes_nothing_else() {
-    run_model(40, 40, op().boxed(), Duration::from_secs(600), Some(2));
+    run_model(
+        40,
+        40,
+        op().boxed(),
+        Duration::from_secs(600),
+        Some(2),
+        None,
+    );
 }
 
 fn run_model(
@@ -362,6 +420,7 @@ fn run_model(
     ops: BoxedStrategy<Op>,
     lease: Duration,
     cap: Option<u32>,
+    bound: Option<u64>,
 ) {
     let backend = Backend::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -384,11 +443,15 @@ fn run_model(
                             .lease(lease)
                             // A rolled-back lease goes straight back to its place.
                             .backoff(Duration::ZERO, Duration::ZERO)
-                            .max_in_flight(cap.unwrap_or(0)),
+                            .max_in_flight(cap.unwrap_or(0))
+                            .max_pending(bound.unwrap_or(0)),
                     )
                     .await
                     .unwrap();
-                let mut model = Model::default();
+                let mut model = Model {
+                    bound,
+                    ..Model::default()
+                };
                 let mut hand: Vec<Delivery> = Vec::new();
                 let mut payloads = 0;
                 for op in ops {
@@ -402,8 +465,19 @@ fn run_model(
                                         .key(key.clone())
                                         .priority(prio),
                                 )
-                                .await
-                                .unwrap();
+                                .await;
+                            if model.full_for(&key) {
+                                let kind = sent.map(|_| ()).map_err(|e| e.kind());
+                                prop_assert_eq!(
+                                    kind,
+                                    Err(ErrorKind::Full),
+                                    "send {} to a full topic",
+                                    key
+                                );
+                                check(&topic, &model).await?;
+                                continue;
+                            }
+                            let sent = sent.unwrap();
                             let (merged, behind) = model.send(&key, prio, payload);
                             prop_assert_eq!((sent.merged, sent.behind_in_flight), (merged, behind));
                         }

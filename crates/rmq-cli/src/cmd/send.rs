@@ -134,6 +134,9 @@ struct Summary {
     new: usize,
     merged: usize,
     refused: usize,
+    /// Of the refused, those refused because the bounded topic was full
+    /// (retryable).
+    full: usize,
 }
 
 pub async fn run(g: &Global, a: SendArgs) -> CliResult {
@@ -260,6 +263,7 @@ async fn send_batch(out: Out, topic: &rmq::Topic, items: &[Item]) -> CliResult {
         new: 0,
         merged: 0,
         refused: 0,
+        full: 0,
     };
     for chunk in items.chunks(CHUNK) {
         let messages: Vec<Message> = chunk.iter().map(|i| i.message.clone()).collect();
@@ -284,6 +288,7 @@ async fn send_batch(out: Out, topic: &rmq::Topic, items: &[Item]) -> CliResult {
                 Ok(_) => sum.new += 1,
                 Err(e) => {
                     sum.refused += 1;
+                    sum.full += usize::from(e.kind() == rmq::ErrorKind::Full);
                     bar.suspend(|| output::error_line(&format!("line {}: {e}", item.line)));
                 }
             }
@@ -293,15 +298,25 @@ async fn send_batch(out: Out, topic: &rmq::Topic, items: &[Item]) -> CliResult {
     }
     bar.finish_and_clear();
     out.either(&sum, || {
+        let full = match sum.full {
+            0 => String::new(),
+            n => format!(" ({n} because the topic is full: send them again later)"),
+        };
         format!(
-            "sent {}: {} new, {} merged into waiting messages, {} refused",
+            "sent {}: {} new, {} merged into waiting messages, {} refused{full}",
             sum.sent, sum.new, sum.merged, sum.refused
         )
     })?;
     if sum.refused > 0 {
-        // Each refusal already has its error line.
+        // Each refusal already has its error line. Only full refusals:
+        // a retry later can succeed.
+        let code = if sum.full == sum.refused {
+            crate::EXIT_FULL
+        } else {
+            2
+        };
         return Err(CliError {
-            code: 2,
+            code,
             message: None,
         });
     }

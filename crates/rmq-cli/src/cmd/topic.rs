@@ -143,6 +143,11 @@ pub struct Settings {
     /// consumers; 0 removes it [default: none]
     #[arg(long, value_name = "N")]
     pub max_in_flight: Option<u32>,
+    /// Bound: messages the topic may hold at once, waiting or in flight; a
+    /// send of a new message beyond it is refused (exit code 75, retry
+    /// later); merges always succeed; 0 removes it [default: none]
+    #[arg(long, value_name = "N")]
+    pub max_pending: Option<u64>,
 }
 
 /// `500`, `500/s`, `30000/min`: deliveries a second.
@@ -194,6 +199,9 @@ impl Settings {
         if let Some(n) = self.max_in_flight {
             spec = spec.max_in_flight(n);
         }
+        if let Some(n) = self.max_pending {
+            spec = spec.max_pending(n);
+        }
         spec
     }
 
@@ -208,6 +216,7 @@ impl Settings {
             || self.dead_letter_ttl.is_some()
             || self.rate.is_some()
             || self.max_in_flight.is_some()
+            || self.max_pending.is_some()
     }
 }
 
@@ -229,6 +238,9 @@ struct TopicView<'a> {
     #[serde(flatten)]
     spec: &'a TopicSpec,
     stats: Stats,
+    /// Messages counted against the bound now (bounded topics only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bound_held: Option<u64>,
 }
 
 pub async fn run(g: &Global, cmd: TopicCmd) -> CliResult {
@@ -402,6 +414,9 @@ pub fn describe(s: &TopicSpec) -> String {
     if s.max_in_flight > 0 {
         text += &format!(", at most {} in flight", s.max_in_flight);
     }
+    if s.max_pending > 0 {
+        text += &format!(", bounded at {} messages", s.max_pending);
+    }
     text
 }
 
@@ -414,9 +429,14 @@ async fn list(g: &Global, out: Out) -> CliResult {
         let topic: Topic = client.topic(&name).await?;
         let stats = topic.stats().await?.total;
         if out.json {
+            let bound_held = match topic.spec().max_pending {
+                0 => None,
+                _ => topic.bound_usage().await?.map(|(held, _)| held),
+            };
             out.json(&TopicView {
                 spec: &topic.spec(),
                 stats,
+                bound_held,
             })?;
         } else {
             let s = topic.spec();
@@ -462,7 +482,12 @@ async fn show(g: &Global, out: Out, name: &str) -> CliResult {
     let stats = topic.stats().await?.total;
     let s = topic.spec();
     if out.json {
-        return out.json(&TopicView { spec: &s, stats });
+        let bound_held = topic.bound_usage().await?.map(|(held, _)| held);
+        return out.json(&TopicView {
+            spec: &s,
+            stats,
+            bound_held,
+        });
     }
     let rows: Vec<Vec<String>> = [
         ("topic", s.name.clone()),
@@ -489,6 +514,15 @@ async fn show(g: &Global, out: Out, name: &str) -> CliResult {
                 c => format!(
                     "{c} at once across all consumers ({} held now)",
                     topic.in_flight_permits().await?
+                ),
+            },
+        ),
+        (
+            "bound",
+            match topic.bound_usage().await? {
+                None => "none".into(),
+                Some((held, bound)) => format!(
+                    "{bound} messages waiting or in flight ({held} counted now); new sends beyond it are refused"
                 ),
             },
         ),

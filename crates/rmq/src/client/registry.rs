@@ -6,7 +6,7 @@ use super::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys;
 use crate::scripts::registry::{self, Defined};
-use crate::scripts::{inflight, rate};
+use crate::scripts::{inflight, rate, room};
 use crate::topic::{validate_topic_name, Topic, TopicSpec};
 
 impl Client {
@@ -51,6 +51,29 @@ impl Client {
         self.inner.ctx.redis.run_one(id, cmd).await?;
         let cap = keys::cap_keys(self.prefix(), &spec.name);
         let (id, cmd) = inflight::set(&cap, spec.max_in_flight);
+        self.inner.ctx.redis.run_one(id, cmd).await?;
+        self.set_bound(spec).await
+    }
+
+    /// Writes the topic's bound into its room count. A new bound starts
+    /// from a count of the messages the topic holds (read slot by slot, so
+    /// sends and ends during the reading may be off by as many); the same
+    /// bound again (every process defines its topics at start) keeps the
+    /// running count.
+    async fn set_bound(&self, spec: &TopicSpec) -> Result<()> {
+        let key = keys::room_key(self.prefix(), &spec.name);
+        let (id, cmd) = room::count(&key);
+        let (_, limit) = room::pair(self.inner.ctx.redis.run_one(id, cmd).await?);
+        if limit == spec.max_pending {
+            return Ok(());
+        }
+        let live = if spec.max_pending > 0 {
+            let topic = Topic::new(self.inner.ctx.clone(), spec.clone());
+            topic.stats().await?.total.held()
+        } else {
+            0
+        };
+        let (id, cmd) = room::set(&key, spec.max_pending, live);
         self.inner.ctx.redis.run_one(id, cmd).await?;
         Ok(())
     }

@@ -434,6 +434,7 @@ impl Fetcher {
                 }
             };
             let popped = parse_pop(&self.topic.spec, slot, a);
+            self.topic.give_back_room_later(popped.ended);
             {
                 let mut s = self.shared.lock();
                 s.observe_server_time(popped.now);

@@ -54,6 +54,7 @@ pub(crate) async fn survey(topic: &Topic, shared: &Shared, slots: &[u32]) -> boo
             match r {
                 Ok(v) => {
                     let p = parse_pop(&topic.spec, slot, v);
+                    topic.give_back_room_later(p.ended);
                     s.observe_server_time(p.now);
                     s.after_pop(slot, since, p.head, p.retry, p.lease, p.now);
                 }
@@ -74,6 +75,9 @@ pub(crate) struct Popped {
     pub(crate) head: Option<i64>,
     pub(crate) retry: Option<i64>,
     pub(crate) lease: Option<i64>,
+    /// Expired leases rolled back that ended their message (dead,
+    /// superseded, cancelled): a bounded topic's room comes back for them.
+    pub(crate) ended: u64,
     pub(crate) messages: Vec<Received>,
 }
 
@@ -111,6 +115,7 @@ pub(crate) fn parse_pop(spec: &TopicSpec, slot: u32, reply: Value) -> Popped {
         head: r.head,
         retry: r.retry,
         lease: r.lease,
+        ended: r.ended,
         messages,
     }
 }

@@ -6,7 +6,9 @@
 //!
 //! The same task frees in-flight cap permits (see `inflight.rs`), after the
 //! settles queued before them: a permit is given back only once its
-//! delivery's end is recorded.
+//! delivery's end is recorded. On a bounded topic it also gives back one
+//! unit of room per message that ended (acked, dead, superseded by its
+//! duplicate, cancelled), in the same round trip as the frees.
 
 use std::collections::BTreeMap;
 
@@ -18,8 +20,9 @@ use super::inflight::{Permits, MARGIN_MS};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::group::Fence;
-use crate::scripts::inflight;
+use crate::keys;
 use crate::scripts::settle::{self, SettleRequest};
+use crate::scripts::{inflight, room};
 use crate::topic::Topic;
 
 /// Settles drained per pipeline at most.
@@ -148,26 +151,60 @@ async fn run(topic: Topic, permits: Arc<Permits>, mut rx: mpsc::UnboundedReceive
                 Job::Free(t) => tokens.extend(t),
             }
         }
+        let mut ended = 0;
         if !settles.is_empty() {
-            flush(&topic, settles).await;
+            ended = flush(&topic, settles).await;
         }
-        free(&topic, &permits, tokens).await;
+        free(&topic, &permits, tokens, ended).await;
     }
 }
 
-/// Frees permits in one call. A lost free only holds the permits until
-/// their deadline: it lowers the cap for a while, never raises it.
-async fn free(topic: &Topic, permits: &Permits, tokens: Vec<String>) {
-    if tokens.is_empty() {
+/// Frees permits and gives back room in one round trip (both keys live on
+/// slot 0's hash tag). A lost free only holds the permits until their
+/// deadline, a lost give-back keeps the room until the next recount: each
+/// lowers a bound for a while, never raises it.
+async fn free(topic: &Topic, permits: &Permits, tokens: Vec<String>, ended: u64) {
+    let mut calls = Vec::new();
+    if !tokens.is_empty() {
+        calls.push(inflight::free(
+            permits.keys(),
+            &topic.channel_for(0),
+            &tokens,
+        ));
+    }
+    if ended > 0 && topic.cached().spec.max_pending > 0 {
+        calls.push(room::give(
+            &keys::room_key(topic.prefix(), topic.name()),
+            ended,
+        ));
+    }
+    if calls.is_empty() {
         return;
     }
-    let (id, cmd) = inflight::free(permits.keys(), &topic.channel_for(0), &tokens);
-    if let Err(e) = topic.redis().run_one(id, cmd).await {
-        tracing::debug!(topic = %topic.name(), "freeing in-flight permits failed (they run out at their deadline): {e}");
+    let failed = match topic.redis().run(calls).await {
+        Ok(replies) => replies.into_iter().find_map(Result::err),
+        Err(e) => Some(e),
+    };
+    if let Some(e) = failed {
+        tracing::debug!(topic = %topic.name(), "freeing in-flight permits or room failed (permits run out at their deadline): {e}");
     }
 }
 
-async fn flush(topic: &Topic, batch: Vec<Request>) {
+/// Whether a settle's outcome ended its message (and so gives back a unit
+/// of a bounded topic's room): an ack that took, a dead letter, a message
+/// superseded by its duplicate, or one cancelled in flight. A nack that
+/// retries, an extension and a plain release keep the message.
+fn ends_message(op: &Op, outcome: &Result<Settled>) -> bool {
+    match outcome {
+        Ok(Settled::Done) => matches!(op, Op::Ack),
+        Ok(Settled::Dead | Settled::Superseded | Settled::Cancelled) => true,
+        Err(_) => false,
+    }
+}
+
+/// Sends the settles, one call per slot and fence, all in one pipeline;
+/// returns how many messages they ended.
+async fn flush(topic: &Topic, batch: Vec<Request>) -> u64 {
     // One call per slot and fence (serial deliveries carry their lease epoch).
     let mut by_slot: BTreeMap<(u32, Option<FenceKey>), Vec<Request>> = BTreeMap::new();
     for r in batch {
@@ -203,6 +240,7 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
         use tracing::Instrument;
         topic.redis().run(calls).instrument(span).await
     };
+    let mut ended = 0;
     match replies {
         Ok(replies) => {
             for (reply, group) in replies.into_iter().zip(groups) {
@@ -210,6 +248,7 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
                     Ok(v) => {
                         let outcomes = settle::outcomes(v, group.len());
                         for (r, res) in group.into_iter().zip(outcomes) {
+                            ended += u64::from(ends_message(&r.op, &res));
                             if let Some(tx) = r.reply {
                                 let _ = tx.send(res);
                             }
@@ -226,6 +265,7 @@ async fn flush(topic: &Topic, batch: Vec<Request>) {
             }
         }
     }
+    ended
 }
 
 fn reply_all(group: Vec<Request>, e: &Error) {

@@ -52,6 +52,7 @@ impl Topic {
                     }
                 };
                 let popped = pop::parse_pop(&self.spec, slot, v);
+                self.give_back_room_later(popped.ended);
                 let got = popped.messages.len();
                 out.extend(popped.messages.into_iter().map(|m| {
                     let token = tokens.as_mut().and_then(Vec::pop);
@@ -86,6 +87,7 @@ impl Topic {
         let (id, cmd) = pop::pop_call(self, &self.settings().await?.args, slot, 1, Some(&fence));
         let v = self.redis().run_one(id, cmd).await?;
         let popped = pop::parse_pop(&self.spec, slot, v);
+        self.give_back_room_later(popped.ended);
         let settler = Settler::spawn(self.clone(), Permits::new(self));
         Ok(popped
             .messages

@@ -48,11 +48,27 @@ impl Topic {
         let mut out = vec![CancelOutcome::Absent; keys.len()];
         for round in calls.chunks(SLOTS_PER_ROUND) {
             let cmds = round.iter().map(|(c, _)| c.clone()).collect();
+            let mut removed = 0;
+            let mut failed = None;
             for (reply, (_, idxs)) in self.redis().run(cmds).await?.into_iter().zip(round) {
-                let codes = control::cancel_codes(reply?, idxs.len());
+                let reply = match reply {
+                    Ok(v) => v,
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                        continue;
+                    }
+                };
+                let (codes, n) = control::cancel_codes(reply, idxs.len());
+                removed += n;
                 for (&i, code) in idxs.iter().zip(codes) {
                     out[i] = cancel_outcome(code)?;
                 }
+            }
+            // Room comes back for what the calls that ran removed, even
+            // when another call of the round failed.
+            self.give_back_room(removed).await;
+            if let Some(e) = failed {
+                return Err(e);
             }
         }
         Ok(out)

@@ -11,7 +11,7 @@ use crate::outcome::{Moved, Sent, Settled};
 /// One message's code in a send reply (send.lua): 1 new, 2 merged into a
 /// pending message, 3 new behind the same key in flight, 4 merged into the
 /// message waiting behind it; -1 due in the past, -2 payload too large,
-/// -3 invalid spec.
+/// -3 invalid spec, -4 the topic is full.
 pub(crate) fn sent(code: i64, slot: u32, max_payload: u64, tolerance_ms: u64) -> Result<Sent> {
     let (merged, behind_in_flight) = match code {
         1 => (false, false),
@@ -112,11 +112,14 @@ mod tests {
 
     #[test]
     fn the_decoded_codes_are_the_ones_the_script_headers_list() {
-        assert_eq!(header_codes(ScriptId::Send), vec![-3, -2, -1, 1, 2, 3, 4]);
+        assert_eq!(
+            header_codes(ScriptId::Send),
+            vec![-4, -3, -2, -1, 1, 2, 3, 4]
+        );
         for code in [1, 2, 3, 4] {
             assert!(sent(code, 0, 10, 10).is_ok(), "{code}");
         }
-        let kinds: Vec<ErrorKind> = [-1, -2, -3]
+        let kinds: Vec<ErrorKind> = [-1, -2, -3, -4]
             .iter()
             .map(|&c| sent(c, 0, 10, 10).unwrap_err().kind())
             .collect();
@@ -125,7 +128,8 @@ mod tests {
             [
                 ErrorKind::PastDue,
                 ErrorKind::PayloadTooLarge,
-                ErrorKind::InvalidArgument
+                ErrorKind::InvalidArgument,
+                ErrorKind::Full
             ]
         );
         assert_eq!(header_codes(ScriptId::Settle), vec![-2, -1, 1, 2, 3, 4]);

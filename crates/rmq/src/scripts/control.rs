@@ -115,11 +115,15 @@ pub(crate) fn cancel(keys: &[String], kind: &str, merge_keys: &[&[u8]]) -> (Scri
     (ScriptId::Cancel, super::call(ScriptId::Cancel, keys, &args))
 }
 
-/// cancel.lua's code per key, in order (`codes::cancelled` decodes one); a
-/// key the reply does not cover reads as None.
-pub(crate) fn cancel_codes(reply: Value, count: usize) -> Vec<Option<i64>> {
+/// cancel.lua's code per key, in order (`codes::cancelled` decodes one; a
+/// key the reply does not cover reads as None), and how many messages it
+/// removed (the reply's last item).
+pub(crate) fn cancel_codes(reply: Value, count: usize) -> (Vec<Option<i64>>, u64) {
     let a = items(reply);
-    (0..count).map(|i| int_at(&a, i + 1)).collect()
+    let removed = int_at(&a, count + 1)
+        .and_then(|n| u64::try_from(n).ok())
+        .unwrap_or(0);
+    ((0..count).map(|i| int_at(&a, i + 1)).collect(), removed)
 }
 
 /// One call of reschedule.lua.

@@ -20,6 +20,7 @@ pub(crate) mod membership;
 pub(crate) mod pop;
 pub(crate) mod rate;
 pub(crate) mod registry;
+pub(crate) mod room;
 pub(crate) mod send;
 pub(crate) mod settle;
 
@@ -85,10 +86,11 @@ pub(crate) enum ScriptId {
     Groups,
     Rate,
     InFlight,
+    Room,
 }
 
 impl ScriptId {
-    pub(crate) const ALL: [ScriptId; 20] = [
+    pub(crate) const ALL: [ScriptId; 21] = [
         ScriptId::Send,
         ScriptId::Pop,
         ScriptId::Settle,
@@ -109,6 +111,7 @@ impl ScriptId {
         ScriptId::Groups,
         ScriptId::Rate,
         ScriptId::InFlight,
+        ScriptId::Room,
     ];
 
     pub(crate) fn source(self) -> (&'static str, &'static str) {
@@ -143,6 +146,9 @@ impl ScriptId {
             // Permits come before messages and go after them: freeing must
             // work at maxmemory, and so must taking (a full Redis drains).
             ScriptId::InFlight => ("#!lua flags=allow-oom", include_str!("lua/inflight.lua")),
+            // Reserving room writes a count only; giving it back follows
+            // settles, which work at maxmemory.
+            ScriptId::Room => ("#!lua flags=allow-oom", include_str!("lua/room.lua")),
         }
     }
 }
@@ -172,6 +178,7 @@ impl ScriptId {
             ScriptId::Groups => "groups",
             ScriptId::Rate => "rate",
             ScriptId::InFlight => "inflight",
+            ScriptId::Room => "room",
         }
     }
 
@@ -386,6 +393,7 @@ mod tests {
                         | ScriptId::Groups
                         | ScriptId::Rate
                         | ScriptId::InFlight
+                        | ScriptId::Room
                 )
             })
             .collect();

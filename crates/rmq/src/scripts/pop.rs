@@ -75,12 +75,15 @@ pub(crate) struct PopReply {
     pub(crate) retry: Option<i64>,
     /// The next lease deadline (ms).
     pub(crate) lease: Option<i64>,
+    /// Expired leases rolled back that ended their message (a bounded
+    /// topic's room comes back for them).
+    pub(crate) ended: u64,
     /// The messages taken: (delivery id, payload).
     pub(crate) taken: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 impl PopReply {
-    /// `{ now, head, next retry, next lease deadline, reclaimed, then per
+    /// `{ now, head, next retry, next lease deadline, ended, then per
     /// message: delivery id, payload }` (false reads as None).
     pub(crate) fn parse(reply: Value) -> PopReply {
         let a = items(reply);
@@ -101,6 +104,9 @@ impl PopReply {
             head: opt(1),
             retry: opt(2),
             lease: opt(3),
+            ended: int_at(&a, 4)
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or(0),
             taken,
         }
     }

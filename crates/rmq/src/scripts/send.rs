@@ -8,7 +8,14 @@ use crate::value::{int_at, items};
 
 /// The script's fixed ARGV, by the names its header gives them, in order;
 /// the messages' triples follow.
-pub(crate) const ARGV: [&str; 5] = ["kind", "max_payload", "tolerance_ms", "channel", "slot"];
+pub(crate) const ARGV: [&str; 6] = [
+    "kind",
+    "max_payload",
+    "tolerance_ms",
+    "channel",
+    "slot",
+    "room",
+];
 
 /// One message as send.lua takes it.
 pub(crate) struct Item<'a> {
@@ -29,11 +36,17 @@ pub(crate) struct SendRequest<'a> {
     /// The channel for wake-up notices of this slot.
     pub(crate) channel: &'a str,
     pub(crate) slot: &'a str,
+    /// New messages the call may add at most (a bounded topic's reserved
+    /// room), None when the topic is not bounded.
+    pub(crate) room: Option<usize>,
     pub(crate) items: Vec<Item<'a>>,
 }
 
 impl SendRequest<'_> {
     pub(crate) fn call(&self) -> (ScriptId, Cmd) {
+        let room = self
+            .room
+            .map_or_else(|| "-1".to_string(), |n| n.to_string());
         // In the order of `ARGV` (the header's; a test holds them together).
         let fixed: [&[u8]; ARGV.len()] = [
             self.kind.as_bytes(),
@@ -41,6 +54,7 @@ impl SendRequest<'_> {
             self.tolerance_ms.as_bytes(),
             self.channel.as_bytes(),
             self.slot.as_bytes(),
+            room.as_bytes(),
         ];
         let mut args: Vec<&[u8]> = Vec::with_capacity(ARGV.len() + 3 * self.items.len());
         args.extend_from_slice(&fixed);
@@ -52,6 +66,11 @@ impl SendRequest<'_> {
             super::call(ScriptId::Send, self.keys, &args),
         )
     }
+}
+
+/// Whether a send code says the message was new (and took room).
+pub(crate) fn is_new(code: i64) -> bool {
+    code == 1 || code == 3
 }
 
 /// The code of each message of a send reply, in order (`codes::sent`

@@ -1,16 +1,17 @@
 //! Topics: the definition (`spec.rs`), the settings as they are now
 //! (`live.rs`: changed by `Client::update_topic`, seen by every handle
 //! within seconds), and the [`Topic`] handle that sends, consumes and
-//! inspects.
+//! inspects; a bounded topic's room (`bound.rs`).
 
+mod bound;
 mod live;
 mod spec;
 
 use live::Live;
 pub(crate) use live::{Current, REFRESH as LIVE_REFRESH};
 pub use spec::{
-    validate_prefix, validate_topic_name, TopicKind, TopicSpec, MAX_IN_FLIGHT, MAX_PREFIX,
-    MAX_PRIORITY, MAX_RATE, MAX_SLOTS, MAX_TOPIC_NAME,
+    validate_prefix, validate_topic_name, TopicKind, TopicSpec, MAX_IN_FLIGHT, MAX_PENDING,
+    MAX_PREFIX, MAX_PRIORITY, MAX_RATE, MAX_SLOTS, MAX_TOPIC_NAME,
 };
 
 /// A defined topic: send to it, consume from it, inspect it. Cheap to clone.

@@ -126,6 +126,12 @@ pub struct TopicSpec {
     /// would have run out.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub max_in_flight: u32,
+    /// Bound: messages the topic may hold at once, waiting or in flight
+    /// (0 = unbounded). A send that would add a new message beyond it is
+    /// refused with [`ErrorKind::Full`]; a merge into a message the topic
+    /// holds always succeeds. Dead letters do not count.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_pending: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -138,6 +144,9 @@ fn is_zero_u32(n: &u32) -> bool {
 
 /// The highest in-flight cap a topic may have.
 pub const MAX_IN_FLIGHT: u32 = 1_000_000;
+
+/// The highest bound a topic may have (`max_pending`).
+pub const MAX_PENDING: u64 = 1_000_000_000_000;
 
 /// The highest rate limit and burst a topic may have.
 pub const MAX_RATE: u32 = 10_000_000;
@@ -164,6 +173,7 @@ impl TopicSpec {
             rate_per_sec: 0,
             rate_burst: 0,
             max_in_flight: 0,
+            max_pending: 0,
         }
     }
 
@@ -231,6 +241,17 @@ impl TopicSpec {
         self
     }
 
+    /// Bounds the topic at `n` messages held at once, waiting or in flight
+    /// (0 removes the bound). A send that would add a new message beyond it
+    /// is refused with [`ErrorKind::Full`] (retryable: room comes back as
+    /// messages end); merges into a message the topic holds always succeed.
+    /// Producers follow a change at their next send after their definition
+    /// refreshes.
+    pub fn max_pending(mut self, n: u64) -> Self {
+        self.max_pending = n;
+        self
+    }
+
     /// Checks every field; the error says which and what is allowed.
     pub fn validate(&self) -> Result<()> {
         validate_topic_name(&self.name)?;
@@ -281,6 +302,10 @@ impl TopicSpec {
         check(
             self.max_in_flight <= MAX_IN_FLIGHT,
             "the in-flight cap must be at most 1000000",
+        )?;
+        check(
+            self.max_pending <= MAX_PENDING,
+            "the bound (max pending) must be at most 1000000000000",
         )?;
         Ok(())
     }

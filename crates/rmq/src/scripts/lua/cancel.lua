@@ -10,9 +10,11 @@
 -- nack, a dead letter, a release or a lease expiry ends it instead of retrying it; its
 -- ack still works. A dead letter is left alone (see dead_purge.lua). No notice is
 -- sent: removing a message never makes anything due earlier.
--- Returns: { now, code per key... } with codes
+-- Returns: { now, code per key..., removed } with codes
 --    1 cancelled pending   2 cancelled retry   3 will-not-retry: in flight, marked now
 --    4 will-not-retry: in flight, was marked already   0 absent   5 dead: only a dead letter (left alone)
+--   and removed: the messages removed (waiting ones, and duplicates parked behind
+--   in-flight ones): a bounded topic's room comes back for them
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
 local kind = ARGV[1]
@@ -24,6 +26,7 @@ end
 
 local c = counters()
 local codes = { now }
+local removed = 0
 for i = 2, #ARGV do
   local key = ARGV[i]
   local code = 0
@@ -43,12 +46,14 @@ for i = 2, #ARGV do
       redis.call('HDEL', K.d, key)
       redis.call('HDEL', K.a, key)
       c.cancelled = c.cancelled + 1
+      removed = removed + 1
     else
       -- in flight: mark it; a duplicate parked behind it is dropped
       local parked = redis.call('HGET', K.n, key)
       code = (parked and parked_cancelled(parked)) and 4 or 3
       if parked and parked_parse(parked) then
         c.cancelled = c.cancelled + 1 -- the duplicate parked behind it goes
+        removed = removed + 1
       end
       redis.call('HSET', K.n, key, CANCELLED)
     end
@@ -58,4 +63,5 @@ for i = 2, #ARGV do
   codes[#codes + 1] = code
 end
 flush_counters(c)
+codes[#codes + 1] = removed
 return codes

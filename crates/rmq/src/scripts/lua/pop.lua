@@ -17,7 +17,9 @@
 -- Before taking, it rolls back expired leases (as failed attempts) and moves
 -- priority retries whose backoff is over back to the pending set.
 -- Returns: { now, head score or false, next retry ms or false, next lease deadline or false,
---            reclaimed count, then per message: delivery id, payload }
+--            ended, then per message: delivery id, payload }
+--   ended: expired leases rolled back here that ended their message (dead, superseded
+--   or cancelled) rather than retrying it
 --   head is false when the caller may not take now: in serial mode while something of
 --   the slot is in flight; when a parallel caller asks to take (count > 0) while a
 --   serial owner leases the slot, and then "next retry" is false and "next lease
@@ -78,8 +80,13 @@ if bad then
   return bad
 end
 trim_dead(cfg.dead_ttl, now, c)
+-- Leases that ran out and ended their message (dead, superseded or
+-- cancelled): the caller gives a bounded topic's room back for them.
+local ended = 0
 for i, id in ipairs(expired) do
-  fail(kind, id, 'lease expired', -1, now, cfg, c, (jitter + i * 0.6180339887) % 1)
+  if fail(kind, id, 'lease expired', -1, now, cfg, c, (jitter + i * 0.6180339887) % 1) ~= 'retry' then
+    ended = ended + 1
+  end
 end
 
 if owner ~= '' then
@@ -195,7 +202,7 @@ elseif blocked and redis.call('ZCARD', K.f) > 0 then
   -- Nothing to take until the in-flight delivery ends (its lease deadline is reported).
   qs = nil
 end
-local res = { now, qs or false, retry_at, flight_at, #expired }
+local res = { now, qs or false, retry_at, flight_at, ended }
 for i = 1, #out do
   res[#res + 1] = out[i]
 end

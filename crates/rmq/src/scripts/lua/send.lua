@@ -7,13 +7,16 @@
 -- ARGV[3] tolerance_ms: fixed-time: a due time older than now - tolerance is refused
 -- ARGV[4] channel: for wake-up notices
 -- ARGV[5] slot: its number
--- ARGV[6..] triples: merge key, spec, payload. spec is the priority ('p'),
+-- ARGV[6] room: new messages this call may add at most (a bounded topic's
+--         room reserved by the caller, room.lua); -1 = unbounded
+-- ARGV[7..] triples: merge key, spec, payload. spec is the priority ('p'),
 --           the due time in unix ms or '+<delay ms>' ('f'), or the range in ms ('r').
 -- Returns: { server now ms, code per message... } with codes
 --    1 new   2 merged into a pending message   3 new, waiting behind the same key in flight
 --          (also when that delivery was cancelled: the new message waits behind it all the same)
 --    4 merged into the message waiting behind the same key in flight
 --   -1 due time in the past   -2 payload too large   -3 invalid spec
+--   -4 full: a new message beyond the room (merges are never refused)
 -- Refused messages write nothing; the others are written in order.
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
@@ -22,15 +25,16 @@ local max_payload = tonumber(ARGV[2])
 local tolerance = tonumber(ARGV[3])
 local channel = ARGV[4]
 local slot = ARGV[5]
+local room = tonumber(ARGV[6]) or -1
 local now = now_ms()
 
 -- Validate everything first.
-local n = math.floor((#ARGV - 5) / 3)
+local n = math.floor((#ARGV - 6) / 3)
 local specs = {}
 local codes = {}
 for i = 1, n do
-  local spec = ARGV[5 + 3 * i - 1]
-  local payload = ARGV[5 + 3 * i]
+  local spec = ARGV[6 + 3 * i - 1]
+  local payload = ARGV[6 + 3 * i]
   local code = 0
   local v
   if #payload > max_payload then
@@ -97,7 +101,7 @@ local c = counters()
 local ukeys, state = {}, {}
 for i = 1, n do
   if codes[i] == 0 then
-    local key = ARGV[5 + 3 * i - 2]
+    local key = ARGV[6 + 3 * i - 2]
     if not state[key] then
       state[key] = {}
       ukeys[#ukeys + 1] = key
@@ -163,17 +167,24 @@ end
 
 for i = 1, n do
   if codes[i] == 0 then
-    local key = ARGV[5 + 3 * i - 2]
-    local payload = ARGV[5 + 3 * i]
+    local key = ARGV[6 + 3 * i - 2]
+    local payload = ARGV[6 + 3 * i]
     local v = specs[i]
     local st = state[key]
-    c.sent = c.sent + 1
-    if st.where == 'f' then
-      if st.parked == nil then
-        local parked = redis.call('HGET', K.n, key)
-        st.mark = parked and parked_cancelled(parked) and CANCELLED or ''
-        st.parked = parked and parked_parse(parked) or false
+    if st.where == 'f' and st.parked == nil then
+      local parked = redis.call('HGET', K.n, key)
+      st.mark = parked and parked_cancelled(parked) and CANCELLED or ''
+      st.parked = parked and parked_parse(parked) or false
+    end
+    -- A new message needs room; a merge adds nothing.
+    local adds = (st.where == 'f' and not st.parked) or not st.where
+    if adds and room == 0 then
+      codes[i] = -4
+    elseif st.where == 'f' then
+      if adds and room > 0 then
+        room = room - 1
       end
+      c.sent = c.sent + 1
       if st.parked then
         st.parked = merged_score(st.parked, v)
         codes[i] = 4
@@ -184,6 +195,7 @@ for i = 1, n do
       end
       put(nset, npos, key, st.mark .. parked_make(st.parked, payload))
     elseif st.where == 'q' then
+      c.sent = c.sent + 1
       local ns = merged_score(st.score, v)
       if ns ~= st.score then
         st.score = ns
@@ -193,6 +205,7 @@ for i = 1, n do
       codes[i] = 2
       c.merged = c.merged + 1
     elseif st.where == 'r' then
+      c.sent = c.sent + 1
       -- a priority retry waiting out its backoff: its place lives in a
       local meta = redis.call('HGET', K.a, key)
       if meta then
@@ -203,6 +216,10 @@ for i = 1, n do
       codes[i] = 2
       c.merged = c.merged + 1
     else
+      if room > 0 then
+        room = room - 1
+      end
+      c.sent = c.sent + 1
       local sc = new_score(v)
       st.where = 'q'
       st.score = sc
