@@ -14,6 +14,7 @@ use std::time::Duration;
 use clap::Parser;
 
 mod backlog;
+mod bounded;
 mod cli;
 mod consume;
 mod consume_mode;

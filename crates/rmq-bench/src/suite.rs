@@ -12,7 +12,7 @@ use crate::report::Row;
 use crate::runner::{run_case, Results};
 use crate::send::{send_batch, send_single};
 use crate::workload::{BIG_N, KINDS, SEND_N};
-use crate::{backlog, consume_mode, handover, pool};
+use crate::{backlog, bounded, consume_mode, handover, pool};
 
 pub(crate) async fn run_all(env: &Env, only: &[String]) -> Results {
     // `--only NAME` picks scenarios by substring; `--only "NAME PARAMS"` one case of them.
@@ -154,6 +154,16 @@ pub(crate) async fn run_all(env: &Env, only: &[String]) -> Results {
             }
         }
         pool::summary(&out.rows);
+    }
+    if wants("send_bounded") {
+        use bounded::Shape;
+        for shape in [Shape::Single(16), Shape::Batch(100)] {
+            let id = ("send_bounded", TopicKind::Priority, shape.label());
+            run_case(env, &mut out, id, 3 * send_n, |cl| {
+                bounded::send_bounded(env, cl, shape)
+            })
+            .await;
+        }
     }
     if wants("handover") {
         let kind = TopicKind::FixedTime;

@@ -76,6 +76,7 @@ fn smoke_run_prints_json_for_every_scenario() {
         "memory",
         "consume_mode",
         "adaptive_pool",
+        "send_bounded",
         "handover",
     ] {
         assert!(

@@ -8,6 +8,9 @@
 //! --concurrency 16` processes on a topic with `--max-in-flight 8` never run
 //! more than 8 handlers at once (a log the handlers append to says so), and
 //! the permits of a consumer killed with SIGKILL come back after its lease.
+//!
+//! A bounded topic from the command line: exit code 75 and one line when
+//! full, merges pass, batches report per message, `topic recount`.
 #![allow(clippy::unwrap_used)]
 mod support;
 
@@ -371,7 +374,8 @@ fn pool_flags_are_checked_before_anything_is_consumed() {
 /// new messages; a fourth is refused with exit code 75 (retry later) and
 /// one error line; a merge still succeeds; a batch reports each refusal on
 /// its own line and exits 75 when only full refusals happened; a consumer
-/// makes room; `topic show` says how full it is.
+/// makes room; `topic show` says how full it is; `topic recount` counts
+/// again.
 #[test]
 fn a_full_topic_refuses_sends_with_exit_code_75_and_takes_merges() {
     let env = Env::new();
@@ -438,4 +442,15 @@ fn a_full_topic_refuses_sends_with_exit_code_75_and_takes_merges() {
         (&3.into(), &1.into()),
         "{v:?}"
     );
+    // A recount agrees with what the topic holds; an unbounded topic has
+    // nothing to recount.
+    let r = env.ok(&["topic", "recount", "b"]);
+    assert!(
+        r.stdout
+            .contains("1 messages counted against its bound of 3 (was 1)"),
+        "{r:?}"
+    );
+    env.ok(&["topic", "create", "u", "--kind", "priority"]);
+    let line = env.rmq(&["topic", "recount", "u"]).one_error(2);
+    assert!(line.contains("not bounded"), "{line}");
 }

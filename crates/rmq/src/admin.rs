@@ -167,13 +167,20 @@ impl Topic {
         &self,
         call: impl Fn(&[String], u32) -> (ScriptId, redis::Cmd),
     ) -> Result<Vec<redis::Value>> {
+        self.per_slot_each(call).await?.into_iter().collect()
+    }
+
+    /// The same, with each slot's own result (a failed round trip stops
+    /// the rounds; a slot's failed call does not).
+    async fn per_slot_each(
+        &self,
+        call: impl Fn(&[String], u32) -> (ScriptId, redis::Cmd),
+    ) -> Result<Vec<Result<redis::Value>>> {
         let mut out = Vec::with_capacity(self.spec.slots as usize);
         let all: Vec<u32> = (0..self.spec.slots).collect();
         for chunk in all.chunks(SLOTS_PER_ROUND) {
             let calls = chunk.iter().map(|&s| call(&self.slot_keys(s), s)).collect();
-            for r in self.redis().run(calls).await? {
-                out.push(r?);
-            }
+            out.extend(self.redis().run(calls).await?);
         }
         Ok(out)
     }
@@ -311,16 +318,30 @@ impl Topic {
                 // Every slot: a message sent with a slot basis lives apart from its key's hash.
                 self.check_key(&key)?;
                 let replies = self
-                    .per_slot(|keys, slot| {
+                    .per_slot_each(|keys, slot| {
                         let (slot, channel) = (slot.to_string(), self.channel_for(slot));
                         self.requeue_request(keys, &channel, &slot, Which::Key(&key), "")
                             .call()
                     })
                     .await?;
-                for r in replies.into_iter().map(Requeued::parse) {
-                    total = (total.0 + r.requeued, total.1 + r.merged);
+                // Every requeue that ran is counted before a failed one's
+                // error is passed on.
+                let mut failed = None;
+                for r in replies {
+                    match r {
+                        Ok(v) => {
+                            let r = Requeued::parse(v);
+                            total = (total.0 + r.requeued, total.1 + r.merged);
+                        }
+                        Err(e) => {
+                            failed.get_or_insert(e);
+                        }
+                    }
                 }
                 self.count_in_room(total.0).await?;
+                if let Some(e) = failed {
+                    return Err(e);
+                }
             }
             DeadSelection::OlderThan(_) => {
                 return Err(Error::new(
@@ -331,9 +352,6 @@ impl Topic {
             DeadSelection::All => {
                 for slot in 0..self.spec.slots {
                     let (requeued, merged) = self.requeue_all_of(slot).await?;
-                    // Counted slot by slot: a failure later leaves the
-                    // count right for the slots done.
-                    self.count_in_room(requeued).await?;
                     total = (total.0 + requeued, total.1 + merged);
                 }
             }
@@ -374,6 +392,9 @@ impl Topic {
                 .requeue_request(&keys, &channel, &slot, which, &before)
                 .call();
             let r = Requeued::parse(self.redis().run_one(id, cmd).await?);
+            // Counted call by call: an error later leaves the count right
+            // for what was requeued.
+            self.count_in_room(r.requeued).await?;
             if before.is_empty() {
                 before = r.before_ms.to_string();
             }

@@ -75,13 +75,9 @@ impl Topic {
         let spec = &settings.spec;
         let specs = self.check_batch(spec, messages)?;
         let slots: Vec<u32> = messages.iter().map(|m| self.slot_of(m.basis())).collect();
-        let granted = self.reserve_room(messages.len()).await?;
-        let per_slot = self.send_calls(spec, messages, &specs, &slots, granted);
+        let mut room = self.reserve_room(messages.len()).await?;
+        let per_slot = self.send_calls(spec, messages, &specs, &slots, room.granted());
         let mut results: Vec<Option<Result<Sent>>> = (0..messages.len()).map(|_| None).collect();
-        // Room reserved and surely not used: given back at the end. A call
-        // whose outcome is unknown keeps its room (the bound holds; some
-        // room is lost until a recount).
-        let mut unused = granted.unwrap_or(0);
         for (n, round) in in_order_rounds(per_slot).into_iter().enumerate() {
             let (calls, members): (Vec<_>, Vec<_>) = round
                 .into_iter()
@@ -90,29 +86,31 @@ impl Topic {
             if calls.is_empty() {
                 continue;
             }
+            // Room of a call whose answer is lost may have been used: it
+            // stays counted (the bound holds; a recount gives it back).
+            room.sending(members.iter().map(|(_, room)| room).sum());
             let replies = match self.redis().run_waiting(calls, self.durability).await {
                 Ok(r) => r,
                 Err(e) if n == 0 => {
-                    unused -= members.iter().map(|(_, room)| room).sum::<usize>();
-                    self.give_back_room(unused as u64).await;
+                    room.commit().await;
                     return Err(e);
                 }
                 // Earlier rounds' results stand; this round's and the rest
                 // share the error (this round's may or may not have run).
                 Err(e) => {
-                    unused -= members.iter().map(|(_, room)| room).sum::<usize>();
                     for r in results.iter_mut().filter(|r| r.is_none()) {
                         *r = Some(Err(e.duplicate()));
                     }
                     break;
                 }
             };
-            for ((reply, acked), (members, room)) in replies.into_iter().zip(members) {
-                let new = self.record(spec, reply, acked, &members, &slots, &mut results);
-                unused -= new.unwrap_or(room).min(room);
+            for ((reply, acked), (members, call_room)) in replies.into_iter().zip(members) {
+                if let Some(new) = self.record(spec, reply, acked, &members, &slots, &mut results) {
+                    room.answered(call_room, new);
+                }
             }
         }
-        self.give_back_room(unused as u64).await;
+        room.commit().await;
         Ok(BatchReport {
             results: results
                 .into_iter()

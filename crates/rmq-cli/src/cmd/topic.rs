@@ -41,6 +41,13 @@ pub enum TopicCmd {
     /// Change settings (running consumers follow within seconds); the kind
     /// and slot count never change
     Update(UpdateArgs),
+    /// Count a bounded topic's messages again and make that its bound's
+    /// count (when processes died between reserving room and sending, the
+    /// count stays too high and the topic refuses early)
+    Recount {
+        /// Topic name
+        topic: String,
+    },
     /// Delete a topic and every message it holds (refused while it holds
     /// messages or has consumers, unless --force)
     Delete {
@@ -253,7 +260,38 @@ pub async fn run(g: &Global, cmd: TopicCmd) -> CliResult {
         TopicCmd::Delete { topic, force } => delete(g, out, &topic, force).await,
         TopicCmd::Pause { topic } => pause(g, out, &topic, true).await,
         TopicCmd::Resume { topic } => pause(g, out, &topic, false).await,
+        TopicCmd::Recount { topic } => recount(g, out, &topic).await,
     }
+}
+
+async fn recount(g: &Global, out: Out, name: &str) -> CliResult {
+    let (_client, topic) = connect::topic(g, name).await?;
+    let before = topic.bound_usage().await?;
+    let Some((after, bound)) = topic.recount_bound().await? else {
+        return Err(CliError::usage(format!(
+            "topic {name:?} is not bounded (set one with `rmq topic update {name} --max-pending N`); nothing was changed"
+        )));
+    };
+    #[derive(Serialize)]
+    struct RecountJson {
+        before: Option<u64>,
+        after: u64,
+        bound: u64,
+    }
+    let before = before.map(|(held, _)| held);
+    out.either(
+        &RecountJson {
+            before,
+            after,
+            bound,
+        },
+        || {
+            format!(
+                "topic {name:?}: {after} messages counted against its bound of {bound} (was {})",
+                before.map_or_else(|| "none".to_string(), |b| b.to_string())
+            )
+        },
+    )
 }
 
 async fn update(g: &Global, out: Out, a: UpdateArgs) -> CliResult {

@@ -43,7 +43,10 @@ impl Client {
     /// returns the new one. The kind and the slot count cannot change (a
     /// clear [`ErrorKind::InvalidArgument`], nothing changed); the new
     /// definition is validated like a new one. Running consumers and
-    /// producers follow within seconds. Returns the topic as updated.
+    /// producers follow within seconds. Bounding a topic that was not
+    /// bounded waits for that (a few seconds) and counts its messages
+    /// again, so that sends of handles that had not seen the bound yet are
+    /// counted. Returns the topic as updated.
     pub async fn update_topic(
         &self,
         name: &str,
@@ -63,7 +66,7 @@ impl Client {
             let reply = self.inner.ctx.redis.run_one(id, cmd).await?;
             match Replaced::parse(reply) {
                 Some(Replaced::Done) => {
-                    self.set_flow(&new).await?;
+                    self.set_flow(&new, true).await?;
                     return self.topic(name).await;
                 }
                 Some(Replaced::Changed(current)) => {

@@ -7,7 +7,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::keys;
 use crate::scripts::registry::{self, Defined};
 use crate::scripts::{inflight, rate, room};
-use crate::topic::{validate_topic_name, Topic, TopicSpec};
+use crate::topic::{validate_topic_name, Topic, TopicSpec, LIVE_REFRESH};
 
 impl Client {
     /// Defines a topic, or checks that it is already defined exactly so.
@@ -37,44 +37,51 @@ impl Client {
                 ),
             ));
         }
-        self.set_flow(&spec).await?;
+        self.set_flow(&spec, false).await?;
         Ok(Topic::new(self.inner.ctx.clone(), spec))
     }
 
     /// Writes the topic's rate limit into its bucket and its in-flight cap
     /// into its permit set, where every consumer reads them at each pop
     /// round (a change is followed at once, before the consumers'
-    /// definitions refresh).
-    pub(crate) async fn set_flow(&self, spec: &TopicSpec) -> Result<()> {
+    /// definitions refresh), and its bound into its room count (see
+    /// `set_bound`).
+    pub(crate) async fn set_flow(&self, spec: &TopicSpec, settle: bool) -> Result<()> {
         let bucket = keys::rate_key(self.prefix(), &spec.name);
         let (id, cmd) = rate::set(&bucket, spec.rate_per_sec, spec.rate_burst);
         self.inner.ctx.redis.run_one(id, cmd).await?;
         let cap = keys::cap_keys(self.prefix(), &spec.name);
         let (id, cmd) = inflight::set(&cap, spec.max_in_flight);
         self.inner.ctx.redis.run_one(id, cmd).await?;
-        self.set_bound(spec).await
+        self.set_bound(spec, settle).await
     }
 
-    /// Writes the topic's bound into its room count. A new bound starts
-    /// from a count of the messages the topic holds (read slot by slot, so
-    /// sends and ends during the reading may be off by as many); the same
-    /// bound again (every process defines its topics at start) keeps the
-    /// running count.
-    async fn set_bound(&self, spec: &TopicSpec) -> Result<()> {
+    /// Writes the topic's bound into its room count. A topic bounded until
+    /// now keeps its running count under a new bound; one not bounded
+    /// until now starts from a count of the messages it holds. Handles
+    /// that have not seen the bound yet send without counting for up to a
+    /// refresh of their definitions: with `settle`, the call waits that
+    /// long and counts again (`update_topic`; a topic just defined has no
+    /// such handles).
+    async fn set_bound(&self, spec: &TopicSpec, settle: bool) -> Result<()> {
         let key = keys::room_key(self.prefix(), &spec.name);
         let (id, cmd) = room::count(&key);
         let (_, limit) = room::pair(self.inner.ctx.redis.run_one(id, cmd).await?);
         if limit == spec.max_pending {
             return Ok(());
         }
-        let live = if spec.max_pending > 0 {
-            let topic = Topic::new(self.inner.ctx.clone(), spec.clone());
+        let topic = Topic::new(self.inner.ctx.clone(), spec.clone());
+        let held = if limit == 0 && spec.max_pending > 0 {
             topic.stats().await?.total.held()
         } else {
             0
         };
-        let (id, cmd) = room::set(&key, spec.max_pending, live);
+        let (id, cmd) = room::set(&key, spec.max_pending, held);
         self.inner.ctx.redis.run_one(id, cmd).await?;
+        if settle && limit == 0 && spec.max_pending > 0 {
+            tokio::time::sleep(LIVE_REFRESH + std::time::Duration::from_millis(500)).await;
+            topic.recount_bound().await?;
+        }
         Ok(())
     }
 

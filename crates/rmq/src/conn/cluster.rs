@@ -73,9 +73,10 @@ pub(crate) fn retry_through_failover(e: &redis::RedisError, rerun_safe: bool) ->
     not_run || (rerun_safe && maybe_run)
 }
 
-/// A memoized script call with its request key added as KEYS[11]:
-/// `<slot base>:req:<ttl ms>.<random id>`, in the hash tag of its first key
-/// (`<slot base>:q`). Works on `EVALSHA sha n keys.. args..` and `FCALL
+/// A memoized script call with its request key added after its keys (a
+/// slot script's KEYS[11], room.lua's KEYS[2]): `<base>:req:<ttl ms>.<random
+/// id>`, where `<base>` is its first key up to the last colon (a slot's
+/// `<slot base>:q`, a topic's `<topic base>:room`), so in the same hash tag. Works on `EVALSHA sha n keys.. args..` and `FCALL
 /// name n keys.. args..` alike.
 pub(super) fn with_request_key(cmd: &Cmd, ttl_ms: u128) -> Cmd {
     let args: Vec<&[u8]> = cmd

@@ -61,7 +61,12 @@ impl Topic {
                 let (codes, n) = control::cancel_codes(reply, idxs.len());
                 removed += n;
                 for (&i, code) in idxs.iter().zip(codes) {
-                    out[i] = cancel_outcome(code)?;
+                    match cancel_outcome(code) {
+                        Ok(o) => out[i] = o,
+                        Err(e) => {
+                            failed.get_or_insert(e);
+                        }
+                    }
                 }
             }
             // Room comes back for what the calls that ran removed, even

@@ -182,9 +182,11 @@ impl ScriptId {
         }
     }
 
-    /// Whether a second run of one call (same request key, KEYS[11])
-    /// returns the first run's answer and changes nothing: the calls that
-    /// write and must not be applied twice.
+    /// Whether a second run of one call (same request key, KEYS[11]; for
+    /// room.lua KEYS[2]) returns the first run's answer and changes
+    /// nothing: the calls that write and must not be applied twice (a
+    /// requeue run twice would report nothing requeued the second time,
+    /// and a bound's give-back run twice would give room back twice).
     pub(crate) fn memoized(self) -> bool {
         matches!(
             self,
@@ -195,6 +197,8 @@ impl ScriptId {
                 | ScriptId::Cancel
                 | ScriptId::Reschedule
                 | ScriptId::Pause
+                | ScriptId::DeadRequeue
+                | ScriptId::Room
         )
     }
 
@@ -215,6 +219,8 @@ impl ScriptId {
     fn memo_codec(self) -> &'static str {
         match self {
             ScriptId::Pop => include_str!("lua/pop_memo.lua"),
+            // One key of its own: the request key comes second.
+            ScriptId::Room => "memo_key_at = 2",
             _ => "",
         }
     }
@@ -243,7 +249,7 @@ pub(crate) fn text(id: ScriptId) -> String {
         .collect();
     if id.memoized() {
         format!(
-            "{common}\nlocal memo_pack, memo_unpack\n{}\nlocal function rmq_main()\n{body}\nend\n{MEMO}",
+            "{common}\nlocal memo_pack, memo_unpack, memo_key_at\n{}\nlocal function rmq_main()\n{body}\nend\n{MEMO}",
             id.memo_codec()
         )
     } else {

@@ -1,6 +1,6 @@
 //! room.lua: a bounded topic's room (one count per topic, shared by all its
 //! producers and consumers). A send reserves room for its messages first
-//! and gives back what it did not use; the settler and the fetch loop give
+//! and commits after it, giving back what it did not use; the settler and the fetch loop give
 //! back one unit per message that ends; a cancel and a requeue adjust it;
 //! defining, updating and deleting a topic set or drop it.
 
@@ -12,12 +12,12 @@ use crate::value::{int_at, items};
 /// `room.lua`'s KEYS.
 pub(crate) const KEYS: [&str; 1] = ["room"];
 /// `room.lua`'s ARGV.
-pub(crate) const ARGV: [&str; 3] = ["op", "n", "live"];
+pub(crate) const ARGV: [&str; 3] = ["op", "n", "m"];
 
-fn call(key: &str, op: &str, n: u64, live: u64) -> (ScriptId, Cmd) {
+fn call(key: &str, op: &str, n: u64, m: u64) -> (ScriptId, Cmd) {
     let keys: [String; KEYS.len()] = [key.to_string()];
-    let (n, live) = (n.to_string(), live.to_string());
-    let args: [&[u8]; ARGV.len()] = [op.as_bytes(), n.as_bytes(), live.as_bytes()];
+    let (n, m) = (n.to_string(), m.to_string());
+    let args: [&[u8]; ARGV.len()] = [op.as_bytes(), n.as_bytes(), m.as_bytes()];
     (ScriptId::Room, super::call(ScriptId::Room, &keys, &args))
 }
 
@@ -26,7 +26,13 @@ pub(crate) fn reserve(key: &str, n: u64) -> (ScriptId, Cmd) {
     call(key, "reserve", n, 0)
 }
 
-/// Gives back `n` units: reserved and not used, or held by messages that ended.
+/// Ends a send that reserved `reserved` units, `unused` of which it did
+/// not use.
+pub(crate) fn commit(key: &str, reserved: u64, unused: u64) -> (ScriptId, Cmd) {
+    call(key, "commit", reserved, unused)
+}
+
+/// Gives back `n` units held by messages that ended.
 pub(crate) fn give(key: &str, n: u64) -> (ScriptId, Cmd) {
     call(key, "give", n, 0)
 }
@@ -36,10 +42,16 @@ pub(crate) fn add(key: &str, n: u64) -> (ScriptId, Cmd) {
     call(key, "add", n, 0)
 }
 
-/// Sets the limit (0: not bounded) with `live` messages held now; a limit
-/// equal to the one set keeps the count.
-pub(crate) fn set(key: &str, limit: u64, live: u64) -> (ScriptId, Cmd) {
-    call(key, "set", limit, live)
+/// Sets the limit (0: not bounded); a topic not bounded until now starts
+/// from `held`, one bounded until now keeps its count.
+pub(crate) fn set(key: &str, limit: u64, held: u64) -> (ScriptId, Cmd) {
+    call(key, "set", limit, held)
+}
+
+/// Counts again: `held` messages, plus what sends have reserved now, plus
+/// what they used since `count` answered `used_before`.
+pub(crate) fn recount(key: &str, held: u64, used_before: u64) -> (ScriptId, Cmd) {
+    call(key, "recount", used_before, held)
 }
 
 /// Deletes the count.
@@ -50,6 +62,16 @@ pub(crate) fn drop_room(key: &str) -> (ScriptId, Cmd) {
 /// Messages held and the limit.
 pub(crate) fn count(key: &str) -> (ScriptId, Cmd) {
     call(key, "count", 0, 0)
+}
+
+/// A count's third item: the running total of room sends used.
+pub(crate) fn used(reply: &Value) -> u64 {
+    match reply {
+        Value::Array(a) => int_at(a, 2)
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// `{ a, b }`: granted and limit for a reserve, held and limit otherwise.

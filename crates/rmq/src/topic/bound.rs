@@ -6,8 +6,12 @@
 //!
 //! The count errs on one side only: a process that dies between its two
 //! steps, or a give-back lost to a broken connection, leaves it too high,
-//! so the topic refuses a little early until the next recount (setting a
-//! new bound recounts); it never lets the topic hold more than its bound.
+//! so the topic refuses a little early until a recount
+//! ([`Topic::recount_bound`]); it never lets the topic hold more than its
+//! bound. (Two narrow exceptions, documented where they happen: a process
+//! killed between a dead-letter requeue and its count, and sends of
+//! handles that have not yet seen a bound set on a live topic, which the
+//! recount after the definitions' refresh takes in.)
 
 use super::Topic;
 use crate::error::Result;
@@ -23,6 +27,25 @@ impl Topic {
         Ok((bound > 0).then_some((held, bound)))
     }
 
+    /// Counts the topic's messages again and makes that the bound's count
+    /// (plus what sends reserved and used meanwhile, counted twice rather
+    /// than missed); returns the new count and the bound, None when the
+    /// topic is not bounded. For a count left too high by processes that
+    /// died between their two steps: `rmq topic show` prints both numbers.
+    pub async fn recount_bound(&self) -> Result<Option<(u64, u64)>> {
+        let key = self.room_key();
+        let (id, cmd) = room::count(&key);
+        let before = self.redis().run_one(id, cmd).await?;
+        let used_before = room::used(&before);
+        if room::pair(before).1 == 0 {
+            return Ok(None);
+        }
+        let held = self.stats().await?.total.held();
+        let (id, cmd) = room::recount(&key, held, used_before);
+        let (live, bound) = room::pair(self.redis().run_one(id, cmd).await?);
+        Ok((bound > 0).then_some((live, bound)))
+    }
+
     fn room_key(&self) -> String {
         keys::room_key(self.prefix(), self.name())
     }
@@ -31,21 +54,31 @@ impl Topic {
         self.cached().spec.max_pending > 0
     }
 
-    /// Reserves room for up to `n` new messages: None when the topic is not
-    /// bounded (nothing reserved), else how many it may add.
-    pub(crate) async fn reserve_room(&self, n: usize) -> Result<Option<usize>> {
+    /// Reserves room for up to `n` new messages of one send: what it may
+    /// add (None when the topic is not bounded: nothing reserved), held
+    /// until [`RoomHold::commit`] or its drop.
+    pub(crate) async fn reserve_room(&self, n: usize) -> Result<RoomHold> {
+        let mut hold = RoomHold {
+            topic: self.clone(),
+            granted: None,
+            unused: 0,
+        };
         if !self.bounded() || n == 0 {
-            return Ok(None);
+            return Ok(hold);
         }
         let (id, cmd) = room::reserve(&self.room_key(), n as u64);
         let (granted, bound) = room::pair(self.redis().run_one(id, cmd).await?);
         // No bound in Redis (removed, or not yet written): nothing reserved.
-        Ok((bound > 0).then(|| usize::try_from(granted).unwrap_or(0).min(n)))
+        if bound > 0 {
+            let granted = usize::try_from(granted).unwrap_or(0).min(n);
+            hold.granted = Some(granted);
+            hold.unused = granted;
+        }
+        Ok(hold)
     }
 
-    /// Gives back room for `n` messages (reserved and not used, or held by
-    /// messages that ended). Its error is only logged: a lost give-back
-    /// keeps the room until the next recount.
+    /// Gives back room for `n` messages that ended. Its error is only
+    /// logged: a lost give-back keeps the room until the next recount.
     pub(crate) async fn give_back_room(&self, n: u64) {
         if n == 0 || !self.bounded() {
             return;
@@ -73,5 +106,60 @@ impl Topic {
         }
         let (id, cmd) = room::add(&self.room_key(), n);
         self.redis().run_one(id, cmd).await.map(|_| ())
+    }
+}
+
+/// Room a send reserved, until it commits: how much it may add, and how
+/// much of that is surely unused (its calls not sent yet, or sent and
+/// answered with fewer new messages). Dropped without a commit (the send's
+/// future was dropped mid-way), it commits in the background: room its
+/// unanswered calls may have used stays counted, the rest comes back.
+pub(crate) struct RoomHold {
+    topic: Topic,
+    granted: Option<usize>,
+    unused: usize,
+}
+
+impl RoomHold {
+    /// New messages the send may add (None: not bounded).
+    pub(crate) fn granted(&self) -> Option<usize> {
+        self.granted
+    }
+
+    /// Calls holding `room` are about to be sent: their room may be used.
+    pub(crate) fn sending(&mut self, room: usize) {
+        self.unused = self.unused.saturating_sub(room);
+    }
+
+    /// A call answered: `room - new` of its room was not used.
+    pub(crate) fn answered(&mut self, room: usize, new: usize) {
+        self.unused += room.saturating_sub(new);
+    }
+
+    /// Ends the reservation: the unused room comes back. Its error is only
+    /// logged (the room stays counted until a recount).
+    pub(crate) async fn commit(mut self) {
+        if let Some(granted) = self.granted.take() {
+            let (id, cmd) =
+                room::commit(&self.topic.room_key(), granted as u64, self.unused as u64);
+            if let Err(e) = self.topic.redis().run_one(id, cmd).await {
+                tracing::debug!(topic = %self.topic.name(), "giving back unused room failed: {e}");
+            }
+        }
+    }
+}
+
+impl Drop for RoomHold {
+    fn drop(&mut self) {
+        let Some(granted) = self.granted.take() else {
+            return;
+        };
+        let (topic, unused) = (self.topic.clone(), self.unused);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let (id, cmd) = room::commit(&topic.room_key(), granted as u64, unused as u64);
+                let _ = topic.redis().run_one(id, cmd).await;
+            });
+        }
     }
 }

@@ -7,7 +7,8 @@
 -- unseen for a whole lease; a send would report "merged" and shift a
 -- '+delay' due time; an ack would answer "stale".
 --
--- So such a call names itself: KEYS[11] is '<slot base>:req:<ttl ms>.<id>'
+-- So such a call names itself: KEYS[11] (a slot script's; room.lua's is
+-- its KEYS[2], set by its codec as memo_key_at) is '<base>:req:<ttl ms>.<id>'
 -- (same hash tag as the slot's keys, a fresh random id per call, the same
 -- on every retry). The first run stores its answer there for <ttl ms>; a
 -- second run finds it and returns it without running. Without KEYS[11] (a
@@ -15,9 +16,10 @@
 --
 -- The script body runs as rmq_main() below this text; a script may set
 -- memo_pack / memo_unpack to store less than its whole answer (pop: the
--- delivery ids without payloads).
+-- delivery ids without payloads), and memo_key_at when its request key is
+-- not KEYS[11].
 
-local MEMO = KEYS[11]
+local MEMO = KEYS[memo_key_at or 11]
 if MEMO then
   local seen = redis.call('GET', MEMO)
   if seen then

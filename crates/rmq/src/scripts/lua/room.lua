@@ -1,49 +1,70 @@
 -- room.lua: a bounded topic's room, one key per topic, shared by every
 -- producer and consumer of every process. A producer reserves room for
--- the new messages of a send before it sends and gives back what the send
--- did not use (merges, refusals); a consumer gives back one unit per
--- message that ends (acked, dead, superseded by its duplicate, cancelled);
--- a cancel and a requeue of dead letters adjust it too. The count never
--- goes below zero; a process that dies between its two steps leaves it too
--- high (the bound is kept, some room is lost until the next recount).
+-- the new messages of a send before it sends and commits after it: what
+-- the send did not use (merges, refusals) comes back; a consumer gives
+-- back one unit per message that ends (acked, dead, superseded by its
+-- duplicate, cancelled); a cancel and a requeue of dead letters adjust it
+-- too. The count never goes below zero; a process that dies between its
+-- two steps leaves it too high (the bound is kept, some room is lost until
+-- a recount).
 --
--- KEYS[1] room: HASH limit (messages at most; absent: not bounded), live (messages held)
--- ARGV[1] op: 'reserve' | 'give' | 'add' | 'set' | 'drop' | 'count'
--- ARGV[2] n: how many (reserve, give, add), or the limit (set)
--- ARGV[3] live: the recount that comes with a new limit (set)
+-- KEYS[1] room: HASH limit (messages at most; absent: not bounded),
+--         live (messages held or reserved), reserved (reserved by sends
+--         that have not committed yet), used (room sends ever used: a
+--         running total, so that a recount knows what was sent during it)
+-- On a cluster the call also names itself with a second key (memo.lua), so
+-- that a call the client sends twice is applied once.
+-- ARGV[1] op: 'reserve' | 'commit' | 'give' | 'add' | 'set' | 'recount' | 'drop' | 'count'
+-- ARGV[2] n: how many (reserve, give, add), the room reserved (commit), or the limit (set)
+-- ARGV[3] m: the room not used (commit), or the messages the topic holds (set, recount)
+-- ARGV[2] for recount: the running total `used` that count answered before the messages were counted
 -- reserve: takes room for up to n new messages -> { granted, limit };
 --          with no bound every one is granted (limit 0) and nothing is written
+-- commit:  a send that reserved n ends; m of them were not used -> { live, limit }
 -- give:    gives n back (no bound: nothing is written) -> { live, limit }
 -- add:     counts n more without asking (requeued dead letters) -> { live, limit }
--- set:     sets the limit with a recount of live; a limit equal to the one
---          set already keeps the count; 0 removes the bound -> { live, limit }
+-- set:     sets the limit; a topic bounded until now keeps its count, one
+--          not bounded until now starts from m; 0 removes the bound -> { live, limit }
+-- recount: live becomes m, plus what is reserved now, plus what sends used
+--          since n (they may have written after their slot was counted:
+--          counted twice rather than missed) -> { live, limit }
 -- drop:    deletes the key (its topic is deleted) -> { 0, 0 }
--- count:   -> { live, limit (0: none) }
+-- count:   -> { live, limit (0: none), used }
 -- No reserve ever takes live above limit.
 
 local t = redis.call('TYPE', KEYS[1])['ok']
 if t ~= 'none' and t ~= 'hash' then
   return redis.error_reply('RMQ_WRONGTYPE ' .. KEYS[1] .. ' holds a ' .. t .. ', expected a hash')
 end
-local op, n = ARGV[1], tonumber(ARGV[2])
-if n == nil or n < 0 or n ~= math.floor(n) then
-  return redis.error_reply('RMQ_BADARG room.lua: n is not a whole number >= 0')
+local op, n, m = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local function whole(x)
+  return x ~= nil and x >= 0 and x == math.floor(x)
 end
-local limit = tonumber(redis.call('HGET', KEYS[1], 'limit') or '0') or 0
-local live = tonumber(redis.call('HGET', KEYS[1], 'live') or '0') or 0
+if not whole(n) or not whole(m) then
+  return redis.error_reply('RMQ_BADARG room.lua: n and m must be whole numbers >= 0')
+end
+local state = redis.call('HMGET', KEYS[1], 'limit', 'live', 'reserved', 'used')
+local limit = tonumber(state[1] or '0') or 0
+local live = tonumber(state[2] or '0') or 0
+local reserved = tonumber(state[3] or '0') or 0
+local used = tonumber(state[4] or '0') or 0
+local function write()
+  redis.call('HSET', KEYS[1], 'live', live, 'reserved', reserved, 'used', used)
+end
 if op == 'drop' or (op == 'set' and n == 0) then
   redis.call('UNLINK', KEYS[1])
   return { 0, 0 }
 end
 if op == 'set' then
-  if n ~= limit then
-    live = math.max(tonumber(ARGV[3]) or 0, 0)
-    redis.call('HSET', KEYS[1], 'limit', n, 'live', live)
+  if limit <= 0 then
+    live, reserved = m, 0
   end
+  redis.call('HSET', KEYS[1], 'limit', n)
+  write()
   return { live, n }
 end
 if op == 'count' then
-  return { live, limit }
+  return { live, limit, used }
 end
 if limit <= 0 then
   if op == 'reserve' then
@@ -54,18 +75,22 @@ end
 if op == 'reserve' then
   local granted = math.max(math.min(n, limit - live), 0)
   if granted > 0 then
-    redis.call('HSET', KEYS[1], 'live', live + granted)
+    live, reserved = live + granted, reserved + granted
+    write()
   end
   return { granted, limit }
-end
-if op == 'give' then
+elseif op == 'commit' then
+  reserved = math.max(reserved - n, 0)
+  live = math.max(live - math.min(m, n), 0)
+  used = used + n - math.min(m, n)
+elseif op == 'give' then
   live = math.max(live - n, 0)
-  redis.call('HSET', KEYS[1], 'live', live)
-  return { live, limit }
-end
-if op == 'add' then
+elseif op == 'add' then
   live = live + n
-  redis.call('HSET', KEYS[1], 'live', live)
-  return { live, limit }
+elseif op == 'recount' then
+  live = m + reserved + math.max(used - n, 0)
+else
+  return redis.error_reply('RMQ_BADARG room.lua: unknown op ' .. tostring(op))
 end
-return redis.error_reply('RMQ_BADARG room.lua: unknown op ' .. tostring(op))
+write()
+return { live, limit }
