@@ -203,9 +203,10 @@ fn send_batch_reports_a_summary_and_sends_nothing_on_a_bad_line() {
     assert_eq!(summary.len(), 1, "{r:?}");
     assert_eq!(
         keys(&summary[0]),
-        names(&["sent", "new", "merged", "refused"])
+        names(&["sent", "new", "merged", "refused", "full"])
     );
     assert_eq!(summary[0]["sent"], 2500);
+    assert_eq!(summary[0]["full"], 0);
     assert_eq!(summary[0]["new"], 3);
     assert_eq!(summary[0]["merged"], 2497);
     assert_eq!(summary[0]["refused"], 0);

@@ -13,8 +13,12 @@
 //! handles that have not yet seen a bound set on a live topic, which the
 //! recount after the definitions' refresh takes in.)
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::oneshot;
+
 use super::Topic;
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::keys;
 use crate::scripts::room;
 
@@ -66,8 +70,7 @@ impl Topic {
         if !self.bounded() || n == 0 {
             return Ok(hold);
         }
-        let (id, cmd) = room::reserve(&self.room_key(), n as u64);
-        let (granted, bound) = room::pair(self.redis().run_one(id, cmd).await?);
+        let (granted, bound) = self.reserve_together(n as u64).await?;
         // No bound in Redis (removed, or not yet written): nothing reserved.
         if bound > 0 {
             let granted = usize::try_from(granted).unwrap_or(0).min(n);
@@ -136,15 +139,23 @@ impl RoomHold {
         self.unused += room.saturating_sub(new);
     }
 
-    /// Ends the reservation: the unused room comes back. Its error is only
-    /// logged (the room stays counted until a recount).
+    /// Ends the reservation: the unused room comes back at once. A send
+    /// that used all its room has nothing to give back: its commit (which
+    /// only tells a recount that the room is no longer reserved) goes out
+    /// later, together with those of the sends beside it, so a bounded
+    /// send costs one round trip more than an unbounded one, not two.
+    /// Errors are only logged (the room stays counted until a recount).
     pub(crate) async fn commit(mut self) {
-        if let Some(granted) = self.granted.take() {
-            let (id, cmd) =
-                room::commit(&self.topic.room_key(), granted as u64, self.unused as u64);
-            if let Err(e) = self.topic.redis().run_one(id, cmd).await {
-                tracing::debug!(topic = %self.topic.name(), "giving back unused room failed: {e}");
-            }
+        let Some(granted) = self.granted.take() else {
+            return;
+        };
+        if self.unused == 0 {
+            self.topic.commit_later(granted as u64);
+            return;
+        }
+        let (id, cmd) = room::commit(&self.topic.room_key(), granted as u64, self.unused as u64);
+        if let Err(e) = self.topic.redis().run_one(id, cmd).await {
+            tracing::debug!(topic = %self.topic.name(), "giving back unused room failed: {e}");
         }
     }
 }
@@ -161,5 +172,93 @@ impl Drop for RoomHold {
                 let _ = topic.redis().run_one(id, cmd).await;
             });
         }
+    }
+}
+
+/// What a reserve answers a send: room granted and the bound.
+type Granted = Result<(u64, u64)>;
+
+/// A bounded topic's round trips that concurrent sends share: reserves
+/// asked for while none is being sent go out as one call (its room shared
+/// out in the order asked), and commits of fully used room go out together.
+#[derive(Debug, Default)]
+pub(crate) struct SharedCalls {
+    waiting: AtomicU64,
+    asks: std::sync::Mutex<Vec<(u64, oneshot::Sender<Granted>)>>,
+}
+
+impl Topic {
+    /// Reserves `n` together with the sends that ask at the same time.
+    async fn reserve_together(&self, n: u64) -> Granted {
+        let (tx, rx) = oneshot::channel();
+        let first = {
+            let mut asks = self
+                .room_calls
+                .asks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            asks.push((n, tx));
+            asks.len() == 1
+        };
+        if first {
+            let topic = self.clone();
+            tokio::spawn(async move { topic.reserve_asked().await });
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::new(
+                ErrorKind::Shutdown,
+                "the runtime is shutting down",
+            ))
+        })
+    }
+
+    async fn reserve_asked(&self) {
+        tokio::task::yield_now().await;
+        let asks = std::mem::take(
+            &mut *self
+                .room_calls
+                .asks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let total = asks.iter().map(|(n, _)| n).sum();
+        let (id, cmd) = room::reserve(&self.room_key(), total);
+        match self.redis().run_one(id, cmd).await {
+            Ok(v) => {
+                let (mut left, bound) = room::pair(v);
+                for (n, tx) in asks {
+                    let g = n.min(left);
+                    left -= g;
+                    let _ = tx.send(Ok((g, bound)));
+                }
+            }
+            Err(e) => {
+                for (_, tx) in asks {
+                    let _ = tx.send(Err(e.duplicate()));
+                }
+            }
+        }
+    }
+
+    fn commit_later(&self, reserved: u64) {
+        if self
+            .room_calls
+            .waiting
+            .fetch_add(reserved, Ordering::AcqRel)
+            != 0
+        {
+            return; // a flush is on its way and takes this too
+        }
+        let topic = self.clone();
+        tokio::spawn(async move {
+            tokio::task::yield_now().await;
+            let n = topic.room_calls.waiting.swap(0, Ordering::AcqRel);
+            if n > 0 {
+                let (id, cmd) = room::commit(&topic.room_key(), n, 0);
+                if let Err(e) = topic.redis().run_one(id, cmd).await {
+                    tracing::debug!(topic = %topic.name(), "committing used room failed: {e}");
+                }
+            }
+        });
     }
 }
