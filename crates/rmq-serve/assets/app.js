@@ -223,6 +223,8 @@ async function topicPage(main, name, tab, arg) {
   main.replaceChildren(
     h("h1", {}, name, h("span", { class: "badge" }, spec.kind), h("span", { class: "badge" }, `${num(spec.slots)} slots`),
       spec.rate_per_sec ? h("span", { class: "badge", "data-testid": "rate" }, `≤ ${num(spec.rate_per_sec)}/s, bursts of ${num(spec.rate_burst)}`) : null,
+      spec.max_in_flight ? h("span", { class: "badge", "data-testid": "cap" }, `≤ ${num(spec.max_in_flight)} in flight`) : null,
+      spec.max_pending ? h("span", { class: "badge", "data-testid": "bound" }, `${num(t.bound_held ?? 0)} of ${num(spec.max_pending)} held`) : null,
       t.paused ? h("span", { class: "badge paused", "data-testid": "paused" }, "paused") : null,
       t.paused
         ? actionButton("Resume", () => act("resume", async () => { await api("POST", `/topics/${enc(name)}/resume`); return "consumers start again"; }))

@@ -84,6 +84,10 @@ try {
     await go("#/topic/orders/charts");
     await page.click("button[data-action=Pause]");
     await page.locator("[data-testid=paused]").waitFor();
+    // The flow limits show beside the kind: the cap, and how full the bound is.
+    expect((await page.innerText("[data-testid=cap]")) === "≤ 50 in flight", `the cap shows (${await page.innerText("[data-testid=cap]")})`);
+    const bound = await page.innerText("[data-testid=bound]");
+    expect(/^1\d of 1,000 held$/.test(bound), `the bound shows how full it is (${bound})`);
     await go("#/topic/orders/charts");
     await page.locator(".chart svg").first().waitFor();
     // A flat series is a path of zero height, which Playwright calls hidden:

@@ -89,11 +89,17 @@ fn changed(st: &AppState) {
 async fn topic_view(t: &Topic) -> ApiResult<Value> {
     let stats = t.stats().await?;
     let spec = t.spec();
+    // A bounded topic: the messages counted against its bound now.
+    let bound_held = match spec.max_pending {
+        0 => None,
+        _ => t.bound_usage().await?.map(|(held, _)| held),
+    };
     Ok(json!({
         "definition": &*spec,
         "stats": stats.total,
         "paused": stats.total.paused_slots == u64::from(spec.slots),
         "server_ms": stats.server_ms,
+        "bound_held": bound_held,
     }))
 }
 

@@ -70,12 +70,18 @@ async fn browse(mode: &str, base: &str, last: &str) -> String {
     said
 }
 
-/// A topic `orders` with 12 messages due now (one of them an XSS attempt),
+/// A topic `orders` (at most 50 in flight, bounded at 1,000) with 12
+/// messages due now (one of them an XSS attempt),
 /// a dead letter `broken-1`, and a topic `payments` served by a serial
 /// group `workers`.
 async fn fill(client: &Client) -> rmq::CancellationToken {
     let orders = client
-        .define_topic(TopicSpec::new("orders", TopicKind::FixedTime).slots(8))
+        .define_topic(
+            TopicSpec::new("orders", TopicKind::FixedTime)
+                .slots(8)
+                .max_in_flight(50)
+                .max_pending(1_000),
+        )
         .await
         .unwrap();
     let mut batch: Vec<Message> = (0..11)
