@@ -6,18 +6,16 @@
 //! rounds, A B B A A B, on the same server and client, and reports both
 //! rates and their ratio.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use rmq::{Client, Message, Topic, TopicKind, TopicSpec};
+use rmq::{Client, Topic, TopicKind, TopicSpec};
 use serde_json::json;
-use tokio::task::JoinSet;
 
 use crate::env::Env;
 use crate::report::{round, Row};
-use crate::workload::{make, SEND_N};
+use crate::send::send_concurrently;
+use crate::workload::{send_all, SEND_N};
 
 /// How the producer sends.
 #[derive(Clone, Copy)]
@@ -76,35 +74,7 @@ pub(crate) async fn send_bounded(env: &Env, client: Client, shape: Shape) -> Res
 
 async fn send(topic: &Topic, kind: TopicKind, n: u64, shape: Shape) -> Result<()> {
     match shape {
-        Shape::Batch(b) => {
-            let msgs: Vec<Message> = (0..n).map(|i| make(kind, i, i)).collect();
-            for chunk in msgs.chunks(b as usize) {
-                let r = topic.send_batch(chunk).await?;
-                if r.refused_count() > 0 {
-                    bail!("{} messages refused", r.refused_count());
-                }
-            }
-        }
-        Shape::Single(c) => {
-            let next = Arc::new(AtomicU64::new(0));
-            let mut set = JoinSet::new();
-            for _ in 0..c {
-                let (t, next) = (topic.clone(), next.clone());
-                set.spawn(async move {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= n {
-                            break;
-                        }
-                        t.send(make(kind, i, i)).await?;
-                    }
-                    anyhow::Ok(())
-                });
-            }
-            while let Some(r) = set.join_next().await {
-                r??;
-            }
-        }
+        Shape::Batch(b) => send_all(topic, kind, n, b).await,
+        Shape::Single(c) => send_concurrently(topic, kind, n, c).await,
     }
-    Ok(())
 }

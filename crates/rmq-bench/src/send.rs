@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use rmq::{Client, Message, TopicKind};
+use rmq::{Client, Message, Topic, TopicKind};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -17,8 +17,24 @@ use crate::workload::{define, make, SEND_N};
 pub(crate) async fn send_single(env: &Env, client: Client, kind: TopicKind, c: u64) -> Result<Row> {
     let n = env.n(SEND_N);
     let topic = define(&client, "bench", kind).await?;
-    let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
+    send_concurrently(&topic, kind, n, c).await?;
+    let secs = start.elapsed().as_secs_f64();
+    let pending = topic.stats().await?.total.pending;
+    Ok(
+        Row::new("send_single", kind, json!({"concurrency": c}), n, secs)
+            .with("pending_after", pending),
+    )
+}
+
+/// Sends messages 0..n one per call, `c` senders at once.
+pub(crate) async fn send_concurrently(
+    topic: &Topic,
+    kind: TopicKind,
+    n: u64,
+    c: u64,
+) -> Result<()> {
+    let next = Arc::new(AtomicU64::new(0));
     let mut set = JoinSet::new();
     for _ in 0..c {
         let t = topic.clone();
@@ -37,12 +53,7 @@ pub(crate) async fn send_single(env: &Env, client: Client, kind: TopicKind, c: u
     while let Some(r) = set.join_next().await {
         r??;
     }
-    let secs = start.elapsed().as_secs_f64();
-    let pending = topic.stats().await?.total.pending;
-    Ok(
-        Row::new("send_single", kind, json!({"concurrency": c}), n, secs)
-            .with("pending_after", pending),
-    )
+    Ok(())
 }
 
 pub(crate) async fn send_batch(
