@@ -8,7 +8,9 @@
 #   npm packages (playwright-core, from crates/rmq-serve/e2e/package-lock.json;
 #   it drives Debian's Chromium and never downloads a browser);
 # - schemathesis (PyPI; the OpenAPI property tests), in a virtualenv under
-#   target/ so nothing is installed into the system's Python.
+#   target/ so nothing is installed into the system's Python;
+# - valgrind (rmq-bench --instructions counts Redis instructions with
+#   callgrind; its smoke test runs it).
 # With --demo, only what the demo needs (redis-server).
 # Idempotent and silent when all is present. It never starts a service:
 # tests run their own throwaway servers on free loopback ports.
@@ -21,7 +23,7 @@ demo=false
 if $demo; then
     tools=(redis-server redis-cli)
 else
-    tools=(redis-server redis-cli redis-benchmark faketime promtool node npm chromium)
+    tools=(redis-server redis-cli redis-benchmark faketime promtool node npm chromium valgrind callgrind_control)
     # Debian's python3 makes virtualenvs only with python3-venv.
     python3 -c 'import ensurepip, venv' 2>/dev/null || tools+=(python3-venv-missing)
 fi
@@ -33,6 +35,7 @@ declare -A package_of=(
     [redis-server]=redis-server [redis-cli]=redis-tools [redis-benchmark]=redis-tools
     [faketime]=faketime [promtool]=prometheus [node]=nodejs [npm]=npm
     [chromium]=chromium [python3-venv-missing]=python3-venv
+    [valgrind]=valgrind [callgrind_control]=valgrind
 )
 missing=()
 for tool in "${tools[@]}"; do

@@ -24,6 +24,13 @@ pub(crate) struct Args {
     /// Tiny counts for CI: every scenario, a few seconds in all.
     #[arg(long)]
     pub(crate) smoke: bool,
+    /// Count Redis instructions per message instead of timing: a
+    /// throwaway redis-server runs under valgrind's callgrind (repeatable
+    /// whatever else the machine does) for a fixed workload in phases
+    /// (send and consume, batched and not; 20,000 messages each at scale
+    /// 1). Needs valgrind; ignores --redis, --cluster and --only.
+    #[arg(long)]
+    pub(crate) instructions: bool,
     /// Run only the scenarios whose name contains one of these (comma separated);
     /// "NAME PARAMS" (e.g. "consume concurrency=128 batch=64") runs one case.
     #[arg(long, value_delimiter = ',')]

@@ -20,6 +20,7 @@ mod consume;
 mod consume_mode;
 mod env;
 mod handover;
+mod instructions;
 mod latency;
 mod memory;
 mod merge;
@@ -49,6 +50,9 @@ fn main() -> std::process::ExitCode {
     if !(scale > 0.0 && scale.is_finite()) {
         eprintln!("--scale must be a positive number");
         return std::process::ExitCode::from(2);
+    }
+    if args.instructions {
+        return count_instructions(scale, args.smoke);
     }
     // The throwaway server lives until the end of main (dropping it kills it).
     let server = match (&args.redis, args.cluster) {
@@ -115,5 +119,48 @@ fn main() -> std::process::ExitCode {
             eprintln!("  {e}");
         }
         std::process::ExitCode::FAILURE
+    }
+}
+
+/// `--instructions`: Redis instructions per message, phase by phase, with
+/// redis-server under callgrind (see `instructions.rs`).
+fn count_instructions(scale: f64, smoke: bool) -> std::process::ExitCode {
+    let counted = match instructions::start() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rmq-bench --instructions: {e:#}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    eprintln!(
+        "rmq-bench: redis under callgrind ({}), scale {scale}",
+        counted.server.url()
+    );
+    let env = Env {
+        url: counted.server.url(),
+        cluster_nodes: None,
+        owned: true,
+        scale,
+        smoke,
+        counter: AtomicU64::new(0),
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(instructions::measure(&env, &counted));
+    rt.shutdown_timeout(Duration::from_secs(5));
+    match result {
+        Ok(_) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rmq-bench --instructions: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }

@@ -116,3 +116,43 @@ fn smoke_run_prints_json_for_every_scenario() {
         None => assert!(!skipped.is_empty(), "no crash handover line:\n{out}"),
     }
 }
+
+/// `--instructions --smoke`: redis-server under callgrind, every phase
+/// counted (instructions per message above zero, one JSON line each), and
+/// the server under valgrind stopped at the end.
+#[test]
+fn instructions_mode_counts_redis_work_per_phase() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rmq-bench"))
+        .args(["--instructions", "--smoke"])
+        .output()
+        .expect("rmq-bench starts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let phases: Vec<&str> = rows
+        .iter()
+        .map(|r| r["params"]["phase"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            "send batch=64",
+            "consume batch=64",
+            "send single",
+            "consume single"
+        ],
+        "{stderr}"
+    );
+    for r in &rows {
+        assert!(
+            r["instructions_per_msg"]
+                .as_f64()
+                .is_some_and(|n| n > 1_000.0),
+            "{r}"
+        );
+    }
+}
