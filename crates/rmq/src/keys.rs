@@ -72,12 +72,14 @@ pub(crate) fn cap_keys(prefix: &str, topic: &str) -> [String; 2] {
     [format!("{base}:cap"), format!("{base}:capz")]
 }
 
-/// A bounded topic's room: HASH `limit` (messages at most) and `live`
-/// (messages held). Slot 0's hash tag, as the cap's: the settler gives
-/// room back and frees permits in one call to one node.
-pub(crate) fn room_key(prefix: &str, topic: &str) -> String {
+/// A bounded topic's room: HASH `room` (limit, live, used) and ZSET
+/// `roomz` (reservations of sends in progress, by deadline). Slot 0's hash
+/// tag, as the cap's: the settler gives room back and frees permits in one
+/// call to one node.
+pub(crate) fn room_keys(prefix: &str, topic: &str) -> [String; 2] {
     let tag = slot_tag(topic, 0, 1);
-    format!("{prefix}:{{{tag}}}:{topic}:room")
+    let base = format!("{prefix}:{{{tag}}}:{topic}");
+    [format!("{base}:room"), format!("{base}:roomz")]
 }
 
 /// HASH: a consumer group's members -> heartbeat deadline (serial mode).

@@ -133,7 +133,7 @@ impl Client {
         self.inner.ctx.redis.run_one(id, cmd).await?;
         let (id, cmd) = crate::scripts::inflight::drop_cap(&keys::cap_keys(self.prefix(), name));
         self.inner.ctx.redis.run_one(id, cmd).await?;
-        let (id, cmd) = crate::scripts::room::drop_room(&keys::room_key(self.prefix(), name));
+        let (id, cmd) = crate::scripts::room::drop_room(&keys::room_keys(self.prefix(), name));
         self.inner.ctx.redis.run_one(id, cmd).await?;
         Ok(Deleted { messages, slots })
     }

@@ -64,7 +64,7 @@ impl Client {
     /// long and counts again (`update_topic`; a topic just defined has no
     /// such handles).
     async fn set_bound(&self, spec: &TopicSpec, settle: bool) -> Result<()> {
-        let key = keys::room_key(self.prefix(), &spec.name);
+        let key = keys::room_keys(self.prefix(), &spec.name);
         let (id, cmd) = room::count(&key);
         let (_, limit) = room::pair(self.inner.ctx.redis.run_one(id, cmd).await?);
         if limit == spec.max_pending {

@@ -174,7 +174,7 @@ async fn free(topic: &Topic, permits: &Permits, tokens: Vec<String>, ended: u64)
     }
     if ended > 0 && topic.cached().spec.max_pending > 0 {
         calls.push(room::give(
-            &keys::room_key(topic.prefix(), topic.name()),
+            &keys::room_keys(topic.prefix(), topic.name()),
             ended,
         ));
     }

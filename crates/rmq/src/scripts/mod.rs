@@ -183,7 +183,7 @@ impl ScriptId {
     }
 
     /// Whether a second run of one call (same request key, KEYS[11]; for
-    /// room.lua KEYS[2]) returns the first run's answer and changes
+    /// room.lua KEYS[3]) returns the first run's answer and changes
     /// nothing: the calls that write and must not be applied twice (a
     /// requeue run twice would report nothing requeued the second time,
     /// and a bound's give-back run twice would give room back twice).
@@ -219,8 +219,8 @@ impl ScriptId {
     fn memo_codec(self) -> &'static str {
         match self {
             ScriptId::Pop => include_str!("lua/pop_memo.lua"),
-            // One key of its own: the request key comes second.
-            ScriptId::Room => "memo_key_at = 2",
+            // Two keys of its own: the request key comes third.
+            ScriptId::Room => "memo_key_at = 3",
             _ => "",
         }
     }

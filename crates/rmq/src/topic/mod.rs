@@ -25,8 +25,6 @@ pub struct Topic {
     live: std::sync::Arc<Live>,
     /// Durable sends: WAIT for this many replicas after each send.
     pub(crate) durability: Option<crate::conn::WaitFor>,
-    /// A bounded topic's reserves and commits, shared by concurrent sends.
-    pub(crate) room_calls: std::sync::Arc<bound::SharedCalls>,
 }
 
 impl Topic {
@@ -38,7 +36,6 @@ impl Topic {
             spec: std::sync::Arc::new(spec),
             channel,
             durability: None,
-            room_calls: std::sync::Arc::default(),
         }
     }
 

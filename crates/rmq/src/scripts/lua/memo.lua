@@ -8,7 +8,7 @@
 -- '+delay' due time; an ack would answer "stale".
 --
 -- So such a call names itself: KEYS[11] (a slot script's; room.lua's is
--- its KEYS[2], set by its codec as memo_key_at) is '<base>:req:<ttl ms>.<id>'
+-- its KEYS[3], set by its codec as memo_key_at) is '<base>:req:<ttl ms>.<id>'
 -- (same hash tag as the slot's keys, a fresh random id per call, the same
 -- on every retry). The first run stores its answer there for <ttl ms>; a
 -- second run finds it and returns it without running. Without KEYS[11] (a
