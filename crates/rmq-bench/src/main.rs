@@ -88,15 +88,8 @@ fn main() -> std::process::ExitCode {
         if env.owned { "throwaway" } else { "given" },
         if args.smoke { ", smoke" } else { "" }
     );
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
+    let Some(rt) = runtime() else {
+        return std::process::ExitCode::FAILURE;
     };
     let only: Vec<String> = if args.cluster && args.only.is_empty() {
         // The other scenarios read one server's memory and clients.
@@ -144,15 +137,8 @@ fn count_instructions(scale: f64, smoke: bool) -> std::process::ExitCode {
         smoke,
         counter: AtomicU64::new(0),
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
+    let Some(rt) = runtime() else {
+        return std::process::ExitCode::FAILURE;
     };
     let result = rt.block_on(instructions::measure(&env, &counted));
     rt.shutdown_timeout(Duration::from_secs(5));
@@ -161,6 +147,21 @@ fn count_instructions(scale: f64, smoke: bool) -> std::process::ExitCode {
         Err(e) => {
             eprintln!("rmq-bench --instructions: {e:#}");
             std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The multi-threaded runtime every mode runs on (None, said on stderr,
+/// when it cannot start).
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            None
         }
     }
 }
