@@ -238,6 +238,9 @@ pub struct Received {
     pub due_ms: Option<i64>,
     /// Identifies this delivery: acks carrying another token are refused.
     pub token: u64,
+    /// The token of this message's first delivery: every retry of the
+    /// message carries it (see [`Received::stable_id`]).
+    pub origin: u64,
     /// The server's time when it was taken (Unix ms).
     pub taken_ms: i64,
     /// Serial mode: the slot lease's epoch (fencing token) under which it
@@ -250,6 +253,25 @@ pub struct Received {
 }
 
 impl Received {
+    /// Names this message across its deliveries, for a downstream system
+    /// that deduplicates (a forwarder's `Nats-Msg-Id`, a `message_id`):
+    /// `<topic>/<slot>/<origin>/<payload length>-<payload CRC32>`. A retry
+    /// of the message (after a failure or an expired lease) has the same
+    /// id; a message merged into while it waited for a retry has a new one
+    /// when its payload changed, so the new payload is never taken for a
+    /// duplicate. Tokens count per slot from the topic's definition: after
+    /// the topic is dropped and defined again, ids repeat.
+    pub fn stable_id(&self) -> String {
+        format!(
+            "{}/{}/{}/{}-{:08x}",
+            self.topic,
+            self.slot,
+            self.origin,
+            self.payload.len(),
+            crc32fast::hash(&self.payload)
+        )
+    }
+
     pub(crate) fn score_fields(kind: TopicKind, score: i64) -> (Option<u32>, Option<i64>) {
         match kind {
             TopicKind::Priority => (u32::try_from(score >> 32).ok(), None),

@@ -349,3 +349,83 @@ async fn requeue_all_takes_what_was_dead_when_it_started_each_at_most_once() {
     killer.await.unwrap().unwrap();
     assert_eq!((requeued, merged), (n as u64, 0), "each dead letter once");
 }
+
+/// A message keeps one stable id across its deliveries (a retry after a
+/// nack, a redelivery after its lease ran out, a release after a failed
+/// attempt), while a new message of the same key, or a retry whose payload a
+/// merge replaced, gets another: a downstream system that drops repeated ids
+/// drops only true repeats.
+#[tokio::test]
+async fn a_message_keeps_its_stable_id_across_deliveries_and_a_new_payload_gets_a_new_one() {
+    for kind in [TopicKind::Priority, TopicKind::FixedTime] {
+        let spec = spec(kind).max_attempts(10);
+        let (_s, _c, topic) = setup_with(spec).await;
+        let msg = || match kind {
+            TopicKind::Priority => Message::new("v1").key("k").priority(5),
+            _ => Message::new("v1").key("k").delay(Duration::ZERO),
+        };
+        topic.send(msg()).await.unwrap();
+        // Two: the forgotten delivery below keeps its place for good.
+        let (mut s, _stop) = stream(&topic, 2);
+        let first = next(&mut s, 5).await.unwrap();
+        let id = first.stable_id();
+        assert_eq!(first.origin, first.token, "{kind:?}");
+        let first_token = first.token;
+        first.nack(Some(Duration::ZERO), "boom").await.unwrap();
+
+        let second = next(&mut s, 5).await.unwrap();
+        assert_eq!(
+            (second.attempt, second.stable_id()),
+            (2, id.clone()),
+            "{kind:?} after a nack"
+        );
+        assert_ne!(second.token, first_token);
+        second.release().await.unwrap();
+        let released = next(&mut s, 5).await.unwrap();
+        assert_eq!(
+            (released.attempt, released.stable_id()),
+            (2, id.clone()),
+            "{kind:?} after a release"
+        );
+        // Neither ended nor dropped (a drop would nack): its lease runs out.
+        let token = released.token;
+        std::mem::forget(released);
+        let third = next(&mut s, 5).await.unwrap();
+        assert_ne!(third.token, token);
+        assert_eq!(
+            (third.attempt, third.stable_id()),
+            (3, id.clone()),
+            "{kind:?} after a lease expiry"
+        );
+
+        // A merge that brings a new payload while the message waits for a retry.
+        third
+            .nack(Some(Duration::from_millis(300)), "boom")
+            .await
+            .unwrap();
+        let merged = match kind {
+            TopicKind::Priority => Message::new("v2").key("k").priority(5),
+            _ => Message::new("v2")
+                .key("k")
+                .delay(Duration::from_millis(300)),
+        };
+        topic.send(merged).await.unwrap();
+        let fourth = next(&mut s, 5).await.unwrap();
+        assert_eq!((fourth.attempt, text(&fourth.payload).as_str()), (4, "v2"));
+        assert_ne!(
+            fourth.stable_id(),
+            id,
+            "{kind:?}: a new payload is a new message downstream"
+        );
+        let fourth_id = fourth.stable_id();
+        fourth.ack().await.unwrap();
+
+        // The same key and payload sent again after the ack: a new message.
+        topic.send(msg()).await.unwrap();
+        let again = next(&mut s, 5).await.unwrap();
+        assert_eq!(again.attempt, 1);
+        assert_ne!(again.stable_id(), id, "{kind:?}");
+        assert_ne!(again.stable_id(), fourth_id, "{kind:?}");
+        again.ack().await.unwrap();
+    }
+}

@@ -104,6 +104,7 @@ pub(crate) fn parse_pop(spec: &TopicSpec, slot: u32, reply: Value) -> Popped {
                 priority,
                 due_ms,
                 token: d.token,
+                origin: d.origin,
                 taken_ms: r.now,
                 fence: None,
                 id,

@@ -112,13 +112,16 @@ impl PopReply {
     }
 }
 
-/// The parts of a delivery id, `<token>,<attempt>,<score>|<key>` (see
-/// records.lua): pop hands it out, settle takes it back.
+/// The parts of a delivery id, `<token>,<attempt>,<score>[,<origin>]|<key>`
+/// (see records.lua): pop hands it out, settle takes it back.
 #[derive(Debug, PartialEq)]
 pub(crate) struct DeliveryId<'a> {
     pub(crate) token: u64,
     pub(crate) attempt: u32,
     pub(crate) score: i64,
+    /// The token of the message's first delivery (the token itself when
+    /// the id names none).
+    pub(crate) origin: u64,
     pub(crate) key: &'a [u8],
 }
 
@@ -126,10 +129,14 @@ impl<'a> DeliveryId<'a> {
     pub(crate) fn parse(id: &'a [u8]) -> Option<DeliveryId<'a>> {
         let bar = id.iter().position(|&b| b == b'|')?;
         let head = std::str::from_utf8(&id[..bar]).ok()?;
-        let mut parts = head.splitn(3, ',');
+        let mut parts = head.splitn(4, ',');
         let token = parts.next()?.parse().ok()?;
         let attempt = parts.next()?.parse().ok()?;
         let score_s = parts.next()?;
+        let origin = match parts.next() {
+            Some(o) => o.parse().ok()?,
+            None => token,
+        };
         // Scores are whole numbers; Redis may print a large one as a float.
         let score = score_s
             .parse::<i64>()
@@ -139,6 +146,7 @@ impl<'a> DeliveryId<'a> {
             token,
             attempt,
             score,
+            origin,
             key: &id[bar + 1..],
         })
     }
@@ -169,6 +177,24 @@ mod tests {
     }
 
     #[test]
+    fn a_redelivery_id_names_its_origin_and_a_first_delivery_is_its_own() {
+        let first = DeliveryId::parse(b"7,1,5|k").expect("a first delivery parses");
+        assert_eq!((first.token, first.attempt, first.origin), (7, 1, 7));
+        let again = DeliveryId::parse(b"9,2,5,7|k,|x").expect("a redelivery parses");
+        assert_eq!(
+            (
+                again.token,
+                again.attempt,
+                again.score,
+                again.origin,
+                again.key
+            ),
+            (9, 2, 5, 7, &b"k,|x"[..])
+        );
+        assert_eq!(DeliveryId::parse(b"9,2,5,x|k"), None);
+    }
+
+    #[test]
     fn the_pop_request_follows_the_lua_header() {
         assert_eq!(crate::scripts::header_argv(ScriptId::Pop), ARGV);
     }
@@ -182,6 +208,7 @@ mod tests {
                 token: 17,
                 attempt: 2,
                 score: 9_007_199_254_740_991,
+                origin: 17,
                 key: b"a|b,c",
             }
         );

@@ -93,7 +93,7 @@ end
 -- a backoff. A duplicate parked behind it supersedes it (the newer payload
 -- wins); a cancelled one ends. Returns 'dead', 'superseded', 'cancelled' or 'retry'.
 local function fail(kind, id, err, delay, now, cfg, c, jitter)
-  local _, a, s, key = flight_parse(id)
+  local _, a, s, key, origin = flight_parse(id)
   redis.call('ZREM', K.f, id)
   if not key then
     -- Written by an older version: the member is the key, attempts and score are in a.
@@ -144,7 +144,7 @@ local function fail(kind, id, err, delay, now, cfg, c, jitter)
     delay = backoff(a, cfg.backoff_ms, cfg.backoff_max_ms, jitter)
   end
   if kind == 'p' then
-    redis.call('HSET', K.a, key, meta_make(a, s, err))
+    redis.call('HSET', K.a, key, meta_make(a, s, err, origin))
     if delay > 0 then
       redis.call('ZADD', K.r, fmt(now + delay), key)
       c.retry_at = math.min(c.retry_at or (now + delay), now + delay)
@@ -153,7 +153,7 @@ local function fail(kind, id, err, delay, now, cfg, c, jitter)
     end
   else
     local ns = now + delay
-    redis.call('HSET', K.a, key, meta_make(a, ns, err))
+    redis.call('HSET', K.a, key, meta_make(a, ns, err, origin))
     redis.call('ZADD', K.q, fmt(ns), key)
   end
   return 'retry'

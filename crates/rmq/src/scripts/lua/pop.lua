@@ -27,7 +27,7 @@
 --   so the caller sleeps until then (or a notice) instead of asking again at once.
 --   A look (count 0) reports the slot as it is (but for a paused slot: no head, no
 --   retry): serial consumers look at their own leased slots that way.
--- A delivery id is "<token>,<attempt>,<score>|<key>" (see records.lua); settle
+-- A delivery id is "<token>,<attempt>,<score>[,<origin>]|<key>" (see records.lua); settle
 -- takes it back to name the delivery.
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
@@ -164,11 +164,12 @@ if got > 0 then
     local p = payloads[i]
     if p then
       tok = tok + 1
-      local a = 1
+      local a, origin = 1, nil
       if metas[i] then
         a = meta_parse(metas[i]) + 1
+        origin = meta_origin(metas[i])
       end
-      local id = flight_make(tok, a, scores[i], key)
+      local id = flight_make(tok, a, scores[i], key, origin)
       fargs[#fargs + 1] = deadline
       fargs[#fargs + 1] = id
       out[#out + 1] = id

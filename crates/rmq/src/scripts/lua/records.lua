@@ -2,18 +2,29 @@
 -- attempts and score of a message waiting again (a), delivery ids (f),
 -- parked duplicates (n), dead-letter records (X), priority scores.
 
--- "<attempts>,<score>", then "|<error>" when it waits after a failed attempt.
-local function meta_make(attempts, score, err)
-  if err then
-    return attempts .. ',' .. fmt(score) .. '|' .. err
+-- "<attempts>,<score>", then ",<origin>" (the token of the message's first
+-- delivery, which its later deliveries keep: see flight_make), then
+-- "|<error>" when it waits after a failed attempt.
+local function meta_make(attempts, score, err, origin)
+  local v = attempts .. ',' .. fmt(score)
+  if origin then
+    v = v .. ',' .. origin
   end
-  return attempts .. ',' .. fmt(score)
+  if err then
+    return v .. '|' .. err
+  end
+  return v
 end
 
--- Returns attempts, score (a third field, from older versions, is ignored).
+-- Returns attempts, score.
 local function meta_parse(v)
   local a, s = string.match(v, '^(%d+),(%-?%d+)')
   return tonumber(a), tonumber(s)
+end
+
+-- The origin a waiting message keeps from its earlier deliveries, or nil.
+local function meta_origin(v)
+  return string.match(v, '^%d+,%-?%d+,(%d+)')
 end
 
 -- The error of the failed attempt a message waits after, or nil.
@@ -37,10 +48,16 @@ local function parked_cancelled(v)
 end
 
 -- A delivery id (the in-flight member): score is kept as the string it was
--- read as, so the id needs no number formatting.
-local function flight_make(token, attempts, score, key)
+-- read as, so the id needs no number formatting. A redelivery carries the
+-- message's origin, the token of its first delivery (a string of digits),
+-- after the score: "<token>,<attempts>,<score>,<origin>|<key>". The origin
+-- names the message across its deliveries (a forwarder deduplicates on it).
+local function flight_make(token, attempts, score, key, origin)
   if attempts == 1 then
     return fmt(token) .. ',1,' .. score .. '|' .. key
+  end
+  if origin then
+    return fmt(token) .. ',' .. fmt(attempts) .. ',' .. score .. ',' .. origin .. '|' .. key
   end
   return fmt(token) .. ',' .. fmt(attempts) .. ',' .. score .. '|' .. key
 end
@@ -54,13 +71,17 @@ local function flight_key(id)
   return string.sub(id, bar + 1)
 end
 
--- Returns token, attempts, score, key; nil for a malformed id.
+-- Returns token, attempts, score, key, origin (the token itself for a
+-- first delivery or an id without one); nil for a malformed id.
 local function flight_parse(id)
-  local t, a, s, p = string.match(id, '^(%d+),(%d+),([^|,]+)|()')
+  local t, a, s, o, p = string.match(id, '^(%d+),(%d+),([^|,]+),?(%d*)|()')
   if not t then
     return nil
   end
-  return t, tonumber(a), tonumber(s), string.sub(id, p)
+  if o == '' then
+    o = t
+  end
+  return t, tonumber(a), tonumber(s), string.sub(id, p), o
 end
 
 local function parked_make(score, payload)

@@ -76,7 +76,7 @@ if redis.call('ZSCORE', K.q, key) then
   if meta then
     local a = meta_parse(meta)
     local err = meta_error(meta)
-    redis.call('HSET', K.a, key, meta_make(a, score, err))
+    redis.call('HSET', K.a, key, meta_make(a, score, err, meta_origin(meta)))
     if kind ~= 'p' and err then
       code = 2
     end
@@ -85,7 +85,7 @@ elseif redis.call('ZSCORE', K.r, key) then
   -- a priority retry waiting out its backoff: its place lives in a
   score = new_score()
   local a = meta and meta_parse(meta) or 0
-  redis.call('HSET', K.a, key, meta_make(a, score, meta and meta_error(meta)))
+  redis.call('HSET', K.a, key, meta_make(a, score, meta and meta_error(meta), meta and meta_origin(meta)))
   code = 2
 else
   local parked = redis.call('HGET', K.n, key)

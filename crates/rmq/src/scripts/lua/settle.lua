@@ -164,7 +164,7 @@ for i = 1, n do
   local op, id = op_of[i], id_of[i]
   if seen[id] ~= 0 then
     local code = -1
-    local _, a, s, key = flight_parse(id)
+    local _, a, s, key, origin = flight_parse(id)
     if key and redis.call('ZSCORE', K.f, id) then
       code = 1
       if op == 'a' then
@@ -199,7 +199,7 @@ for i = 1, n do
           code = 3
         else
           if a > 1 then
-            redis.call('HSET', K.a, key, meta_make(a - 1, s))
+            redis.call('HSET', K.a, key, meta_make(a - 1, s, nil, origin))
           end
           redis.call('ZADD', K.q, fmt(s), key)
         end
