@@ -23,6 +23,7 @@
 //!
 //! If `redis-server` is missing, run `scripts/ensure-deps.sh`.
 
+mod broker;
 mod builder;
 mod cluster;
 mod launch;
@@ -34,6 +35,7 @@ mod server;
 mod signal;
 mod spans;
 
+pub use broker::{NatsServer, RabbitServer};
 pub use builder::RedisServerBuilder;
 pub use cluster::{RedisCluster, RedisClusterBuilder};
 pub use port::free_port;
