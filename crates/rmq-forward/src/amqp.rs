@@ -1,0 +1,186 @@
+//! RabbitMQ (AMQP 0-9-1, with `lapin`): persistent messages, published
+//! `mandatory` on a channel in confirm mode, each one's confirm awaited by
+//! its own delivery while others are in flight on the same channel.
+//!
+//! The target is `amqp://[user:pass@]host:port/vhost?exchange=X&routing_key=Y`
+//! (the default exchange `""` with a queue's name as the routing key sends
+//! straight to that queue). The exchange (or that queue) must exist: the
+//! sink checks it at start and never declares anything.
+//!
+//! A lost connection is made again at the next publish, at most once per
+//! [`RECONNECT_PAUSE`]; publishes in between fail as unavailable and their
+//! messages are retried after the topic's backoff.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use rmq::Received;
+
+use crate::headers::{self, HeaderValue};
+use crate::sink::{Confirmed, Sink, SinkError};
+use crate::target::{redacted, TargetError};
+
+/// The least time between two connection attempts.
+pub const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+
+/// Where an [`AmqpSink`] publishes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmqpTarget {
+    /// The broker's URI as `lapin` takes it (our query fields removed).
+    pub uri: String,
+    /// The exchange (`""`: the default exchange).
+    pub exchange: String,
+    /// The routing key of every message.
+    pub routing_key: String,
+}
+
+/// Publishes to RabbitMQ with publisher confirms.
+pub struct AmqpSink {
+    target: AmqpTarget,
+    link: tokio::sync::Mutex<Option<(Connection, Channel)>>,
+    last_attempt: Mutex<Option<Instant>>,
+}
+
+impl AmqpSink {
+    /// Connects and checks that the exchange (or, on the default exchange,
+    /// the queue) exists.
+    ///
+    /// # Errors
+    ///
+    /// [`TargetError::Unreachable`] when the broker does not answer,
+    /// [`TargetError::Missing`] when the exchange or queue is not there.
+    pub async fn connect(target: AmqpTarget) -> Result<AmqpSink, TargetError> {
+        let (conn, channel) = open(&target.uri)
+            .await
+            .map_err(|e| TargetError::Unreachable(format!("{}: {e}", redacted(&target.uri))))?;
+        let check = match target.exchange.as_str() {
+            "" => channel
+                .queue_declare(
+                    ShortString::from(target.routing_key.as_str()),
+                    QueueDeclareOptions {
+                        passive: true,
+                        ..QueueDeclareOptions::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("no queue {:?}: {e}", target.routing_key)),
+            name => channel
+                .exchange_declare(
+                    ShortString::from(name),
+                    lapin::ExchangeKind::Direct,
+                    ExchangeDeclareOptions {
+                        passive: true,
+                        ..ExchangeDeclareOptions::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(|e| format!("no exchange {name:?}: {e}")),
+        };
+        check.map_err(TargetError::Missing)?;
+        // A failed passive declare closes the channel: open a fresh one.
+        let channel = confirm_channel(&conn)
+            .await
+            .map_err(|e| TargetError::Unreachable(e.to_string()))?;
+        Ok(AmqpSink {
+            target,
+            link: tokio::sync::Mutex::new(Some((conn, channel))),
+            last_attempt: Mutex::new(None),
+        })
+    }
+
+    /// A channel that is open, reconnecting when there is none.
+    async fn channel(&self) -> Result<Channel, SinkError> {
+        let mut link = self.link.lock().await;
+        if let Some((conn, ch)) = link.as_ref() {
+            if ch.status().connected() && conn.status().connected() {
+                return Ok(ch.clone());
+            }
+        }
+        *link = None;
+        {
+            let mut last = self.last_attempt.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|t| t.elapsed() < RECONNECT_PAUSE) {
+                return Err(SinkError::Unavailable("reconnecting".into()));
+            }
+            *last = Some(Instant::now());
+        }
+        let (conn, ch) = open(&self.target.uri)
+            .await
+            .map_err(|e| SinkError::Unavailable(e.to_string()))?;
+        tracing::info!(uri = %redacted(&self.target.uri), "reconnected to RabbitMQ");
+        *link = Some((conn, ch.clone()));
+        Ok(ch)
+    }
+}
+
+impl Sink for AmqpSink {
+    async fn publish(&self, msg: &Received) -> Result<Confirmed, SinkError> {
+        let channel = self.channel().await?;
+        let properties = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_message_id(ShortString::from(msg.stable_id()))
+            .with_headers(field_table(msg));
+        let confirm = channel
+            .basic_publish(
+                ShortString::from(self.target.exchange.as_str()),
+                ShortString::from(self.target.routing_key.as_str()),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..BasicPublishOptions::default()
+                },
+                &msg.payload,
+                properties,
+            )
+            .await
+            .map_err(|e| SinkError::Unavailable(e.to_string()))?;
+        match confirm.await {
+            Ok(Confirmation::Ack(None)) => Ok(Confirmed::default()),
+            Ok(Confirmation::Ack(Some(returned))) => Err(SinkError::Refused(format!(
+                "unroutable: {} {} (exchange {:?}, routing key {:?})",
+                returned.reply_code,
+                returned.reply_text,
+                self.target.exchange,
+                self.target.routing_key
+            ))),
+            Ok(Confirmation::Nack(_)) => Err(SinkError::Refused("nacked by the broker".into())),
+            Ok(Confirmation::NotRequested) => Err(SinkError::Unavailable(
+                "the channel is not in confirm mode".into(),
+            )),
+            Err(e) => Err(SinkError::Unavailable(e.to_string())),
+        }
+    }
+}
+
+async fn open(uri: &str) -> lapin::Result<(Connection, Channel)> {
+    let conn = Connection::connect(uri, ConnectionProperties::default()).await?;
+    let channel = confirm_channel(&conn).await?;
+    Ok((conn, channel))
+}
+
+async fn confirm_channel(conn: &Connection) -> lapin::Result<Channel> {
+    let channel = conn.create_channel().await?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
+    Ok(channel)
+}
+
+fn field_table(msg: &Received) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (name, value) in headers::of(msg) {
+        let v = match value {
+            HeaderValue::Text(s) => LongString::from(s.into_bytes()),
+            HeaderValue::Bytes(b) => LongString::from(b),
+        };
+        t.insert(ShortString::from(name), AMQPValue::LongString(v));
+    }
+    t
+}

@@ -1,0 +1,300 @@
+//! Forwarding into RabbitMQ, against a node of its own that the test
+//! starts (its own epmd, ports and database; the machine's RabbitMQ is not
+//! touched): every message arrives once with its headers, persistent; a
+//! node stopped mid-stream and restarted loses nothing, and duplicates stay
+//! within what was in flight (each carries the same `message_id` to
+//! deduplicate on); unroutable messages become dead letters with the
+//! broker's reason; serial mode keeps each entity's order; a bad target is
+//! refused at start.
+#![allow(clippy::unwrap_used)]
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rmq::{CancellationToken, Message, TopicKind, TopicSpec};
+use rmq_forward::{Forwarder, Target, TargetError};
+
+fn target(rabbit: &RabbitServer, routing_key: &str) -> Target {
+    Target::parse(&format!(
+        "{}?exchange=due&routing_key={routing_key}",
+        rabbit.url()
+    ))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn every_message_arrives_once_persistent_with_its_headers() {
+    let (_redis, _client, topic) =
+        redis_topic(TopicSpec::new("jobs", TopicKind::RangeMerge).slots(8)).await;
+    let rabbit = RabbitServer::start();
+    let ch = rabbit_queue(&rabbit.url()).await;
+    let mut batch: Vec<Message> = (0..2000)
+        .map(|i| {
+            Message::new(format!("payload {i}"))
+                .key(format!("k{i}"))
+                .range(Duration::from_millis(1))
+        })
+        .collect();
+    batch.push(
+        Message::new(vec![0u8, 0xff])
+            .key(vec![0xffu8, 0x00])
+            .range(Duration::from_millis(1)),
+    );
+    topic.send_batch(&batch).await.unwrap();
+
+    let sink = target(&rabbit, "jobs").connect().await.unwrap();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(Forwarder::new(topic.clone(), sink).run(stop.clone()));
+    assert!(eventually(60, || all_ended(&topic)).await);
+    stop.cancel();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!(
+        (report.forwarded, report.dead, report.retried),
+        (2001, 0, 0)
+    );
+
+    let arrived = rabbit_drain(&ch).await;
+    assert_eq!(arrived.len(), 2001);
+    assert!(copies(&arrived).values().all(|&c| c == 1));
+    let k7 = arrived
+        .iter()
+        .find(|a| a.header("rmq-key") == "k7")
+        .unwrap();
+    assert_eq!(k7.payload, b"payload 7");
+    assert_eq!(k7.header("delivery_mode"), "2", "persistent");
+    assert_eq!(k7.header("message_id"), k7.header("rmq-id"));
+    assert_eq!(k7.header("rmq-kind"), "range-merge");
+    assert!(k7.header("rmq-due-ms").parse::<i64>().unwrap() > 0);
+    let ids: std::collections::BTreeSet<_> = arrived
+        .iter()
+        .map(|a| a.header("message_id").to_owned())
+        .collect();
+    assert_eq!(ids.len(), 2001, "message ids are distinct");
+    let binary = arrived.iter().find(|a| a.payload == [0u8, 0xff]).unwrap();
+    assert_eq!(
+        binary.header("rmq-key"),
+        String::from_utf8_lossy(&[0xff, 0x00]),
+        "raw key bytes"
+    );
+}
+
+#[tokio::test]
+async fn a_node_stopped_mid_stream_and_restarted_loses_nothing() {
+    let spec = TopicSpec::new("jobs", TopicKind::FixedTime)
+        .slots(16)
+        .lease(Duration::from_secs(2))
+        .max_attempts(1000)
+        .backoff(Duration::from_millis(100), Duration::from_millis(500));
+    let (_redis, _client, topic) = redis_topic(spec).await;
+    let mut rabbit = RabbitServer::start();
+    let ch = rabbit_queue(&rabbit.url()).await;
+    let total = 3000u64;
+    let batch: Vec<Message> = (0..total)
+        .map(|i| {
+            Message::new(format!("p{i}"))
+                .key(format!("k{i}"))
+                .delay(Duration::from_millis(i * 2))
+        })
+        .collect();
+    topic.send_batch(&batch).await.unwrap();
+
+    let concurrency = 64;
+    let sink = target(&rabbit, "jobs").connect().await.unwrap();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(
+        Forwarder::new(topic.clone(), sink)
+            .concurrency(concurrency)
+            .run(stop.clone()),
+    );
+    let mut before = Vec::new();
+    while before.len() < 500 {
+        before.extend(rabbit_drain(&ch).await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    rabbit.stop();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rabbit.restart();
+
+    let all = eventually(120, || all_ended(&topic)).await;
+    stop.cancel();
+    let report = run.await.unwrap().unwrap();
+    assert!(
+        all,
+        "rmq still holds messages: {:?}",
+        topic.stats().await.unwrap().total
+    );
+    let ch = rabbit_channel(&rabbit.url()).await;
+    let mut arrived = before;
+    arrived.extend(rabbit_drain(&ch).await);
+    let n = copies(&arrived);
+    assert_eq!(n.len(), total as usize, "every message arrived");
+    let extra: usize = n.values().map(|c| c - 1).sum();
+    eprintln!("after the stop: {extra} duplicates, {report:?}");
+    assert!(
+        extra <= concurrency,
+        "{extra} duplicates: more than the {concurrency} publishes in flight at the stop"
+    );
+    assert_eq!(report.dead, 0);
+    assert!(
+        report.retried > 0,
+        "the outage made publishes fail: {report:?}"
+    );
+}
+
+#[tokio::test]
+async fn unroutable_messages_become_dead_letters_with_the_brokers_reason() {
+    let spec = TopicSpec::new("jobs", TopicKind::Priority)
+        .slots(2)
+        .max_attempts(3)
+        .backoff(Duration::from_millis(20), Duration::from_millis(40));
+    let (_redis, _client, topic) = redis_topic(spec).await;
+    let rabbit = RabbitServer::start();
+    let ch = rabbit_queue(&rabbit.url()).await;
+    let batch: Vec<Message> = (0..5)
+        .map(|i| Message::new(format!("p{i}")).key(format!("k{i}")))
+        .collect();
+    topic.send_batch(&batch).await.unwrap();
+
+    // The exchange exists; nothing is bound with this routing key.
+    let sink = target(&rabbit, "nowhere").connect().await.unwrap();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(Forwarder::new(topic.clone(), sink).run(stop.clone()));
+    assert!(
+        eventually(30, || async {
+            topic.stats().await.unwrap().total.dead == 5
+        })
+        .await
+    );
+    stop.cancel();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!((report.forwarded, report.dead, report.retried), (0, 5, 10));
+    for dead in topic.dead_letters(10).await.unwrap() {
+        assert_eq!(dead.attempts, 3);
+        assert!(
+            dead.error.contains("unroutable: 312 NO_ROUTE"),
+            "{}",
+            dead.error
+        );
+    }
+    assert!(rabbit_drain(&ch).await.is_empty());
+}
+
+#[tokio::test]
+async fn serial_mode_keeps_each_entitys_order_into_the_queue() {
+    let (_redis, _client, topic) =
+        redis_topic(TopicSpec::new("jobs", TopicKind::FixedTime).slots(4)).await;
+    let rabbit = RabbitServer::start();
+    let ch = rabbit_queue(&rabbit.url()).await;
+    let (entities, each) = (8, 40u64);
+    let batch: Vec<Message> = (0..each)
+        .flat_map(|n| {
+            (0..entities).map(move |e| {
+                Message::new(format!("e{e}:{n}"))
+                    .key(format!("e{e}:{n}"))
+                    .slot_basis(format!("e{e}"))
+                    .delay(Duration::from_millis(n * 3))
+            })
+        })
+        .collect();
+    topic.send_batch(&batch).await.unwrap();
+
+    let sink = target(&rabbit, "jobs").connect().await.unwrap();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(
+        Forwarder::new(topic.clone(), sink)
+            .serial("fwd")
+            .run(stop.clone()),
+    );
+    assert!(eventually(60, || all_ended(&topic)).await);
+    stop.cancel();
+    run.await.unwrap().unwrap();
+    let arrived = rabbit_drain(&ch).await;
+    assert_eq!(arrived.len() as u64, entities * each);
+    let mut last = std::collections::BTreeMap::<String, i64>::new();
+    for a in &arrived {
+        let text = String::from_utf8(a.payload.clone()).unwrap();
+        let (entity, n) = text.split_once(':').unwrap();
+        let n: i64 = n.parse().unwrap();
+        let prev = last.insert(entity.to_owned(), n).unwrap_or(-1);
+        assert!(n > prev, "{entity}: {n} arrived after {prev}");
+    }
+}
+
+#[tokio::test]
+async fn a_bad_target_is_refused_at_start_with_the_reason() {
+    let rabbit = RabbitServer::start();
+    let _ch = rabbit_queue(&rabbit.url()).await;
+    let missing = Target::parse(&format!(
+        "{}?exchange=absent&routing_key=jobs",
+        rabbit.url()
+    ))
+    .unwrap();
+    match missing.connect().await {
+        Err(TargetError::Missing(e)) => assert!(e.contains("absent"), "{e}"),
+        other => panic!("{:?}", other.err()),
+    }
+    let no_queue = Target::parse(&format!(
+        "{}?exchange=&routing_key=nosuchqueue",
+        rabbit.url()
+    ))
+    .unwrap();
+    assert!(matches!(
+        no_queue.connect().await,
+        Err(TargetError::Missing(_))
+    ));
+    let port = rmq_test_support::free_port();
+    let nobody = Target::parse(&format!(
+        "amqp://guest:guest@127.0.0.1:{port}/%2f?exchange=due&routing_key=jobs"
+    ))
+    .unwrap();
+    match nobody.connect().await {
+        Err(TargetError::Unreachable(e)) => {
+            assert!(!e.contains("guest:guest"), "password shown: {e}")
+        }
+        other => panic!("{:?}", other.err()),
+    }
+}
+
+/// The forwarder's own retries reach RabbitMQ as duplicates (it has no
+/// deduplication), but each copy carries the same `message_id`, so a
+/// consumer can drop the second: what the crate docs promise.
+#[tokio::test]
+async fn a_retry_after_a_lost_confirm_repeats_the_message_with_the_same_message_id() {
+    let spec = TopicSpec::new("jobs", TopicKind::Priority)
+        .slots(4)
+        .backoff(Duration::from_millis(10), Duration::from_millis(20));
+    let (_redis, _client, topic) = redis_topic(spec).await;
+    let rabbit = RabbitServer::start();
+    let ch = rabbit_queue(&rabbit.url()).await;
+    let batch: Vec<Message> = (0..300)
+        .map(|i| Message::new(format!("p{i}")).key(format!("k{i}")))
+        .collect();
+    topic.send_batch(&batch).await.unwrap();
+
+    let sink = LoseFirstConfirm(target(&rabbit, "jobs").connect().await.unwrap());
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(Forwarder::new(topic.clone(), sink).run(stop.clone()));
+    assert!(eventually(30, || all_ended(&topic)).await);
+    stop.cancel();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!((report.forwarded, report.retried), (300, 300));
+    let arrived = rabbit_drain(&ch).await;
+    assert_eq!(arrived.len(), 600, "two copies of each");
+    let mut ids = std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
+    for a in &arrived {
+        ids.entry(a.header("rmq-key").to_owned())
+            .or_default()
+            .insert(a.header("message_id").to_owned());
+    }
+    assert_eq!(ids.len(), 300);
+    assert!(
+        ids.values().all(|set| set.len() == 1),
+        "both copies carry one message_id"
+    );
+    let attempts: std::collections::BTreeSet<_> = arrived
+        .iter()
+        .map(|a| a.header("rmq-attempt").to_owned())
+        .collect();
+    assert_eq!(attempts.into_iter().collect::<Vec<_>>(), ["1", "2"]);
+}
