@@ -107,6 +107,8 @@ pub enum Command {
     Cancel(cmd::cancel::CancelArgs),
     /// Give a waiting message a new due time or priority
     Reschedule(cmd::reschedule::RescheduleArgs),
+    /// Hand due messages to RabbitMQ or NATS JetStream, acking each after the broker confirmed it
+    Forward(cmd::forward::ForwardArgs),
     /// Serve the HTTP JSON API and Prometheus metrics
     Serve(cmd::serve::ServeArgs),
     /// List, requeue and purge dead letters
@@ -217,6 +219,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Send(a) => cmd::send::run(&g, a).await,
         Command::Consume(a) => cmd::consume::run(&g, a).await,
         Command::Stats(a) => cmd::stats::run(&g, a).await,
+        Command::Forward(a) => cmd::forward::run(&g, a).await,
         Command::Peek(a) => cmd::peek::run(&g, a).await,
         Command::Get(a) => cmd::get::run(&g, a).await,
         Command::Cancel(a) => cmd::cancel::run(&g, a).await,

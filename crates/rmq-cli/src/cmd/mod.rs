@@ -5,6 +5,7 @@ pub mod cancel;
 pub mod consume;
 pub mod dead;
 pub mod demo;
+pub mod forward;
 pub mod functions;
 pub mod get;
 pub mod peek;
