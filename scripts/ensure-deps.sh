@@ -10,7 +10,9 @@
 # - schemathesis (PyPI; the OpenAPI property tests), in a virtualenv under
 #   target/ so nothing is installed into the system's Python;
 # - valgrind (rmq-bench --instructions counts Redis instructions with
-#   callgrind; its smoke test runs it).
+#   callgrind; its smoke test runs it);
+# - nats-server and rabbitmq-server (the forwarder's tests start their own
+#   servers on free loopback ports; the machine's brokers are not used).
 # With --demo, only what the demo needs (redis-server).
 # Idempotent and silent when all is present. It never starts a service:
 # tests run their own throwaway servers on free loopback ports.
@@ -23,7 +25,8 @@ demo=false
 if $demo; then
     tools=(redis-server redis-cli)
 else
-    tools=(redis-server redis-cli redis-benchmark faketime promtool node npm chromium valgrind callgrind_control)
+    tools=(redis-server redis-cli redis-benchmark faketime promtool node npm chromium valgrind callgrind_control
+           nats-server rabbitmq-server)
     # Debian's python3 makes virtualenvs only with python3-venv.
     python3 -c 'import ensurepip, venv' 2>/dev/null || tools+=(python3-venv-missing)
 fi
@@ -36,6 +39,7 @@ declare -A package_of=(
     [faketime]=faketime [promtool]=prometheus [node]=nodejs [npm]=npm
     [chromium]=chromium [python3-venv-missing]=python3-venv
     [valgrind]=valgrind [callgrind_control]=valgrind
+    [nats-server]=nats-server [rabbitmq-server]=rabbitmq-server
 )
 missing=()
 for tool in "${tools[@]}"; do
