@@ -31,6 +31,12 @@ pub(crate) struct Args {
     /// 1). Needs valgrind; ignores --redis, --cluster and --only.
     #[arg(long)]
     pub(crate) instructions: bool,
+    /// Measure forwarding to brokers instead (throwaway nats-server and
+    /// RabbitMQ node): a plain client's confirmed publish rate (the
+    /// ceiling), the forwarder's rate, and due-to-confirmed lateness
+    /// (50,000 messages at scale 1). Ignores --redis, --cluster and --only.
+    #[arg(long, conflicts_with = "instructions")]
+    pub(crate) forward: bool,
     /// Run only the scenarios whose name contains one of these (comma separated);
     /// "NAME PARAMS" (e.g. "consume concurrency=128 batch=64") runs one case.
     #[arg(long, value_delimiter = ',')]

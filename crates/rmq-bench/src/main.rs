@@ -19,6 +19,7 @@ mod cli;
 mod consume;
 mod consume_mode;
 mod env;
+mod forward;
 mod handover;
 mod instructions;
 mod latency;
@@ -53,6 +54,9 @@ fn main() -> std::process::ExitCode {
     }
     if args.instructions {
         return count_instructions(scale, args.smoke);
+    }
+    if args.forward {
+        return measure_forwarding(scale);
     }
     // The throwaway server lives until the end of main (dropping it kills it).
     let server = match (&args.redis, args.cluster) {
@@ -146,6 +150,23 @@ fn count_instructions(scale: f64, smoke: bool) -> std::process::ExitCode {
         Ok(_) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rmq-bench --instructions: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--forward`: forwarding to brokers against their ceiling (see
+/// `forward.rs`).
+fn measure_forwarding(scale: f64) -> std::process::ExitCode {
+    let Some(rt) = runtime() else {
+        return std::process::ExitCode::FAILURE;
+    };
+    let result = rt.block_on(forward::measure(scale));
+    rt.shutdown_timeout(Duration::from_secs(5));
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rmq-bench --forward: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }

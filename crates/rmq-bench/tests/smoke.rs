@@ -156,3 +156,36 @@ fn instructions_mode_counts_redis_work_per_phase() {
         );
     }
 }
+
+/// `--forward --smoke`: both brokers measured (a ceiling, a forward rate
+/// and lateness percentiles each, one JSON line per broker).
+#[test]
+fn forward_mode_measures_both_brokers_against_their_ceiling() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rmq-bench"))
+        .args(["--forward", "--smoke"])
+        .output()
+        .expect("rmq-bench starts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let brokers: Vec<&str> = rows
+        .iter()
+        .map(|r| r["broker"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(brokers, ["nats", "rabbitmq"], "{stderr}");
+    for r in &rows {
+        for field in ["ceiling_msgs_per_s", "forward_msgs_per_s"] {
+            assert!(r[field].as_f64().is_some_and(|n| n > 0.0), "{field}: {r}");
+        }
+        let late = &r["lateness_ms"];
+        assert!(
+            late["p50"].as_i64().is_some_and(|p| p >= 0)
+                && late["p99"].as_i64() >= late["p50"].as_i64(),
+            "{r}"
+        );
+    }
+}

@@ -124,10 +124,11 @@ impl AmqpSink {
 impl Sink for AmqpSink {
     async fn publish(&self, msg: &Received) -> Result<Confirmed, SinkError> {
         let channel = self.channel().await?;
+        let (id, table) = field_table(msg);
         let properties = BasicProperties::default()
             .with_delivery_mode(2)
-            .with_message_id(ShortString::from(msg.stable_id()))
-            .with_headers(field_table(msg));
+            .with_message_id(ShortString::from(id))
+            .with_headers(table);
         let confirm = channel
             .basic_publish(
                 ShortString::from(self.target.exchange.as_str()),
@@ -173,14 +174,21 @@ async fn confirm_channel(conn: &Connection) -> lapin::Result<Channel> {
     Ok(channel)
 }
 
-fn field_table(msg: &Received) -> FieldTable {
+/// The message's stable id (its `message_id`) and its headers.
+fn field_table(msg: &Received) -> (String, FieldTable) {
     let mut t = FieldTable::default();
+    let mut id = String::new();
     for (name, value) in headers::of(msg) {
         let v = match value {
-            HeaderValue::Text(s) => LongString::from(s.into_bytes()),
+            HeaderValue::Text(s) => {
+                if name == headers::ID {
+                    id.clone_from(&s);
+                }
+                LongString::from(s.into_bytes())
+            }
             HeaderValue::Bytes(b) => LongString::from(b),
         };
         t.insert(ShortString::from(name), AMQPValue::LongString(v));
     }
-    t
+    (id, t)
 }

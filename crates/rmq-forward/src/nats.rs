@@ -76,10 +76,14 @@ impl NatsSink {
 impl Sink for NatsSink {
     async fn publish(&self, msg: &Received) -> Result<Confirmed, SinkError> {
         let mut h = HeaderMap::new();
-        h.insert(NATS_MESSAGE_ID, msg.stable_id().as_str());
         for (name, value) in headers::of(msg) {
             match value {
-                HeaderValue::Text(s) => h.insert(name, s.as_str()),
+                HeaderValue::Text(s) => {
+                    if name == headers::ID {
+                        h.insert(NATS_MESSAGE_ID, s.as_str());
+                    }
+                    h.insert(name, s.as_str());
+                }
                 HeaderValue::Bytes(b) => {
                     h.insert(format!("{name}-hex").as_str(), headers::hex(&b).as_str())
                 }
