@@ -27,6 +27,13 @@ use crate::target::{redacted, TargetError};
 
 /// The least time between two connection attempts.
 pub const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+/// How long a connection attempt may take (a broker that accepts TCP but
+/// does not answer, e.g. a stopped process, would otherwise hold every
+/// publish).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a publish waits for its confirm before it counts as failed
+/// (and is retried: the broker may have it, see the crate docs).
+pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where an [`AmqpSink`] publishes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,11 +46,21 @@ pub struct AmqpTarget {
     pub routing_key: String,
 }
 
+struct Link {
+    conn: Connection,
+    channel: Channel,
+    number: u64,
+}
+
 /// Publishes to RabbitMQ with publisher confirms.
 pub struct AmqpSink {
     target: AmqpTarget,
-    link: tokio::sync::Mutex<Option<(Connection, Channel)>>,
+    /// The connection in use, its confirm channel, and which connection
+    /// of this sink it is (counted from 1).
+    link: tokio::sync::Mutex<Option<Link>>,
+    connections: std::sync::atomic::AtomicU64,
     last_attempt: Mutex<Option<Instant>>,
+    confirm_timeout: Duration,
 }
 
 impl AmqpSink {
@@ -91,17 +108,23 @@ impl AmqpSink {
             .map_err(|e| TargetError::Unreachable(e.to_string()))?;
         Ok(AmqpSink {
             target,
-            link: tokio::sync::Mutex::new(Some((conn, channel))),
+            link: tokio::sync::Mutex::new(Some(Link {
+                conn,
+                channel,
+                number: 1,
+            })),
+            connections: std::sync::atomic::AtomicU64::new(1),
             last_attempt: Mutex::new(None),
+            confirm_timeout: CONFIRM_TIMEOUT,
         })
     }
 
     /// A channel that is open, reconnecting when there is none.
-    async fn channel(&self) -> Result<Channel, SinkError> {
+    async fn channel(&self) -> Result<(Channel, u64), SinkError> {
         let mut link = self.link.lock().await;
-        if let Some((conn, ch)) = link.as_ref() {
-            if ch.status().connected() && conn.status().connected() {
-                return Ok(ch.clone());
+        if let Some(l) = link.as_ref() {
+            if l.channel.status().connected() && l.conn.status().connected() {
+                return Ok((l.channel.clone(), l.number));
             }
         }
         *link = None;
@@ -114,16 +137,45 @@ impl AmqpSink {
         }
         let (conn, ch) = open(&self.target.uri)
             .await
-            .map_err(|e| SinkError::Unavailable(e.to_string()))?;
+            .map_err(SinkError::Unavailable)?;
         tracing::info!(uri = %redacted(&self.target.uri), "reconnected to RabbitMQ");
-        *link = Some((conn, ch.clone()));
-        Ok(ch)
+        let number = self
+            .connections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        *link = Some(Link {
+            conn,
+            channel: ch.clone(),
+            number,
+        });
+        Ok((ch, number))
+    }
+}
+
+impl AmqpSink {
+    /// How long a publish waits for its confirm ([`CONFIRM_TIMEOUT`] by
+    /// default) before it fails, the connection is closed, and the next
+    /// publish connects again.
+    pub fn confirm_timeout(mut self, d: Duration) -> Self {
+        self.confirm_timeout = d;
+        self
+    }
+
+    /// Closes connection `number` if it is still the one in use: the
+    /// next publish connects again.
+    async fn forget(&self, number: u64) {
+        let mut link = self.link.lock().await;
+        if link.as_ref().is_some_and(|l| l.number == number) {
+            if let Some(l) = link.take() {
+                let _ = l.conn.close(0, "rmq forward: no confirm".into()).await;
+            }
+        }
     }
 }
 
 impl Sink for AmqpSink {
     async fn publish(&self, msg: &Received) -> Result<Confirmed, SinkError> {
-        let channel = self.channel().await?;
+        let (channel, number) = self.channel().await?;
         let (id, table) = field_table(msg);
         let properties = BasicProperties::default()
             .with_delivery_mode(2)
@@ -142,7 +194,15 @@ impl Sink for AmqpSink {
             )
             .await
             .map_err(|e| SinkError::Unavailable(e.to_string()))?;
-        match confirm.await {
+        let Ok(confirm) = tokio::time::timeout(self.confirm_timeout, confirm).await else {
+            // A channel that stopped confirming is not used again.
+            self.forget(number).await;
+            return Err(SinkError::Unavailable(format!(
+                "no confirm within {:?}",
+                self.confirm_timeout
+            )));
+        };
+        match confirm {
             Ok(Confirmation::Ack(None)) => Ok(Confirmed::default()),
             Ok(Confirmation::Ack(Some(returned))) => Err(SinkError::Refused(format!(
                 "unroutable: {} {} (exchange {:?}, routing key {:?})",
@@ -160,10 +220,16 @@ impl Sink for AmqpSink {
     }
 }
 
-async fn open(uri: &str) -> lapin::Result<(Connection, Channel)> {
-    let conn = Connection::connect(uri, ConnectionProperties::default()).await?;
-    let channel = confirm_channel(&conn).await?;
-    Ok((conn, channel))
+async fn open(uri: &str) -> Result<(Connection, Channel), String> {
+    let opened = async {
+        let conn = Connection::connect(uri, ConnectionProperties::default()).await?;
+        let channel = confirm_channel(&conn).await?;
+        Ok::<_, lapin::Error>((conn, channel))
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, opened).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {CONNECT_TIMEOUT:?}")),
+    }
 }
 
 async fn confirm_channel(conn: &Connection) -> lapin::Result<Channel> {

@@ -11,10 +11,10 @@
 //! ## What can be duplicated, and when
 //!
 //! Forwarding is at least once: a message is acked in rmq after the
-//! broker's confirm, so a confirm that was lost (the broker or the
-//! connection died after storing it), or a forwarder that died between the
-//! confirm and its rmq ack, publishes the message again on its next
-//! delivery. Every publish carries the message's stable id
+//! broker's confirm, so a confirm that was lost or came too late (the
+//! broker or the connection died or hung after storing the message), or a
+//! forwarder that died between the confirm and its rmq ack, publishes the
+//! message again on its next delivery. Every publish carries the message's stable id
 //! ([`rmq::Received::stable_id`]; the same for every delivery of one
 //! message, different for a new message or a new payload):
 //!

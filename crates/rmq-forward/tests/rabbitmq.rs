@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use rmq::{CancellationToken, Message, TopicKind, TopicSpec};
-use rmq_forward::{Forwarder, Target, TargetError};
+use rmq_forward::{AmqpSink, Forwarder, Target, TargetError};
 
 fn target(rabbit: &RabbitServer, routing_key: &str) -> Target {
     Target::parse(&format!(
@@ -297,4 +297,84 @@ async fn a_retry_after_a_lost_confirm_repeats_the_message_with_the_same_message_
         .map(|a| a.header("rmq-attempt").to_owned())
         .collect();
     assert_eq!(attempts.into_iter().collect::<Vec<_>>(), ["1", "2"]);
+}
+
+/// A node that hangs (SIGSTOP: connections open, nothing answered) does
+/// not hold the forwarder: publishes without a confirm fail after the
+/// confirm timeout and are retried, the hung connection is dropped, and
+/// once the node answers again every message arrives; a message repeats
+/// only when a publish of it timed out and was retried.
+#[tokio::test]
+async fn a_hung_node_times_out_its_confirms_and_nothing_is_lost_when_it_answers_again() {
+    let spec = TopicSpec::new("jobs", TopicKind::FixedTime)
+        .slots(8)
+        .max_attempts(1000)
+        .backoff(Duration::from_millis(100), Duration::from_millis(300));
+    let (_redis, _client, topic) = redis_topic(spec).await;
+    let rabbit = RabbitServer::start();
+    let ch = rabbit_queue(&rabbit.url()).await;
+    let total = 1000u64;
+    let batch: Vec<Message> = (0..total)
+        .map(|i| {
+            Message::new(format!("p{i}"))
+                .key(format!("k{i}"))
+                .delay(Duration::from_millis(i * 3))
+        })
+        .collect();
+    topic.send_batch(&batch).await.unwrap();
+
+    let Target::Amqp(t) = target(&rabbit, "jobs") else {
+        unreachable!()
+    };
+    let sink = AmqpSink::connect(t)
+        .await
+        .unwrap()
+        .confirm_timeout(Duration::from_secs(1));
+    let concurrency = 64;
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(
+        Forwarder::new(topic.clone(), sink)
+            .concurrency(concurrency)
+            .run(stop.clone()),
+    );
+    assert!(
+        eventually(30, || async {
+            topic.stats().await.unwrap().total.acked >= 200
+        })
+        .await
+    );
+    let before = rabbit_drain(&ch).await;
+    rabbit.pause();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let acked_while_hung = topic.stats().await.unwrap().total.acked;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        topic.stats().await.unwrap().total.acked,
+        acked_while_hung,
+        "nothing is acked while the node answers nothing"
+    );
+    rabbit.resume();
+
+    let all = eventually(90, || all_ended(&topic)).await;
+    stop.cancel();
+    let report = run.await.unwrap().unwrap();
+    assert!(
+        all,
+        "rmq still holds messages: {:?}",
+        topic.stats().await.unwrap().total
+    );
+    let ch = rabbit_channel(&rabbit.url()).await;
+    let mut arrived = before;
+    arrived.extend(rabbit_drain(&ch).await);
+    let n = copies(&arrived);
+    let extra: usize = n.values().map(|c| c - 1).sum();
+    eprintln!("after the hang: {extra} duplicates, {report:?}");
+    assert_eq!(n.len(), total as usize, "every message arrived");
+    assert!(report.retried > 0, "{report:?}");
+    // A repeat comes only from a publish whose confirm never came and
+    // that was retried.
+    assert!(
+        extra as u64 <= report.retried,
+        "{extra} duplicates: {report:?}"
+    );
 }

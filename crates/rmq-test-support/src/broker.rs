@@ -177,6 +177,11 @@ impl NatsServer {
         panic!("cannot start nats-server: {last}");
     }
 
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.broker.port
+    }
+
     /// `nats://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.broker.port)
@@ -237,7 +242,8 @@ impl RabbitServer {
                 child: None,
                 command: Box::new(move |_: &Path| {
                     let mut c = Command::new(epmd_binary());
-                    c.args(["-port", &epmd_port.to_string(), "-address", "127.0.0.1"]);
+                    c.args(["-port", &epmd_port.to_string(), "-address", "127.0.0.1"])
+                        .env("RMQ_TEST_EPMD_PORT", epmd_port.to_string());
                     c
                 }),
                 ready: connects,
@@ -282,6 +288,11 @@ impl RabbitServer {
         self.broker.port
     }
 
+    /// The port of its own epmd.
+    pub fn epmd_port(&self) -> u16 {
+        self.epmd.port
+    }
+
     /// SIGKILL of the node (its epmd stays).
     pub fn kill(&mut self) {
         self.broker.kill();
@@ -290,6 +301,16 @@ impl RabbitServer {
     /// A clean shutdown (SIGTERM).
     pub fn stop(&mut self) {
         self.broker.stop();
+    }
+
+    /// SIGSTOP: the node keeps its connections open and answers nothing.
+    pub fn pause(&self) {
+        self.broker.signal("STOP");
+    }
+
+    /// SIGCONT after [`RabbitServer::pause`].
+    pub fn resume(&self) {
+        self.broker.signal("CONT");
     }
 
     /// Starts the node again on the same port and database.
@@ -370,4 +391,41 @@ fn rabbit_command(dir: &Path, port: u16, dist: u16, epmd: u16) -> Command {
         .env("RABBITMQ_ENABLED_PLUGINS_FILE", dir.join("enabled_plugins"))
         .env("RABBITMQ_LOGS", "-");
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reap::with_env;
+
+    /// Every process a broker started is gone once it is dropped, and
+    /// nothing else was touched: the node's processes carry its port in
+    /// their environment, its epmd a marker of its own.
+    #[test]
+    fn a_dropped_rabbitmq_node_leaves_no_process_behind() {
+        let mut rabbit = RabbitServer::start();
+        let (port, epmd) = (rabbit.port().to_string(), rabbit.epmd_port().to_string());
+        assert!(!with_env("RABBITMQ_NODE_PORT", &port).is_empty());
+        rabbit.restart();
+        assert!(connects(rabbit.port()), "{}", rabbit.log());
+        drop(rabbit);
+        let left = wait_until_none(Duration::from_secs(10), || {
+            let mut l = with_env("RABBITMQ_NODE_PORT", &port);
+            l.extend(with_env("RMQ_TEST_EPMD_PORT", &epmd));
+            l
+        });
+        assert!(left.is_empty(), "left running: {left:?}");
+    }
+
+    #[test]
+    fn a_nats_server_restarts_on_its_port_and_is_gone_when_dropped() {
+        let mut nats = NatsServer::start();
+        let port = nats.port();
+        nats.kill();
+        assert!(!connects(port));
+        nats.restart();
+        assert!(connects(port), "{}", nats.log());
+        drop(nats);
+        assert!(!connects(port));
+    }
 }
