@@ -256,10 +256,13 @@ impl Received {
     /// Names this message across its deliveries, for a downstream system
     /// that deduplicates (a forwarder's `Nats-Msg-Id`, a `message_id`):
     /// `<topic>/<slot>/<origin>/<payload length>-<payload CRC32>`. A retry
-    /// of the message (after a failure or an expired lease) has the same
-    /// id; a message merged into while it waited for a retry has a new one
-    /// when its payload changed, so the new payload is never taken for a
-    /// duplicate. Tokens count per slot from the topic's definition: after
+    /// of the message (after a failure, an expired lease, a reschedule, or
+    /// the release of a later attempt) has the same id; a message merged
+    /// into while it waited for a retry has a new one when its payload
+    /// changed, so the new payload is never taken for a duplicate. A first
+    /// delivery given back with [`release`](crate::Delivery::release)
+    /// counts as not delivered: its next delivery is a first one, with a
+    /// new id. Tokens count per slot from the topic's definition: after
     /// the topic is dropped and defined again, ids repeat.
     pub fn stable_id(&self) -> String {
         format!(

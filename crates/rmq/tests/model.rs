@@ -4,7 +4,11 @@
 //! resume against a plain in-memory model of one priority slot. After
 //! every step the pending order (I3), the merge state (I2) and the ledger
 //! (I1: every message in exactly one place, counters balanced) must match,
-//! and so must what each cancel and reschedule answered.
+//! and so must what each cancel and reschedule answered. Every delivery's
+//! stable id must name exactly one message version (the model's identity
+//! of the message and its payload): retries after a nack or an expired
+//! lease, and reschedules, keep it; a new message, a merged payload, or a
+//! first delivery handed back with a release get another.
 #![allow(clippy::unwrap_used)]
 mod common;
 use std::collections::{BTreeMap, BTreeSet};
@@ -88,6 +92,9 @@ struct Rec {
     prio: u32,
     seq: u64,
     attempts: u32,
+    /// Which message this is: set when it is sent as a new one, kept by its
+    /// retries (a released first delivery starts again as a new one).
+    ident: u64,
 }
 
 #[derive(Default, Debug)]
@@ -97,6 +104,7 @@ struct Model {
     parked: BTreeMap<String, Rec>,
     dead: BTreeMap<String, (String, u32)>,
     seq: u64,
+    idents: u64,
     sent: u64,
     merged: u64,
     acked: u64,
@@ -127,6 +135,11 @@ impl Model {
         adds && self.bound.is_some_and(|b| self.held() >= b)
     }
 
+    fn new_ident(&mut self) -> u64 {
+        self.idents += 1;
+        self.idents
+    }
+
     fn send(&mut self, key: &str, prio: u32, payload: String) -> (bool, bool) {
         self.sent += 1;
         if self.in_flight.contains_key(key) {
@@ -137,6 +150,7 @@ impl Model {
                 return (true, true);
             }
             self.seq += 1;
+            let ident = self.new_ident();
             self.parked.insert(
                 key.into(),
                 Rec {
@@ -144,6 +158,7 @@ impl Model {
                     prio,
                     seq: self.seq,
                     attempts: 0,
+                    ident,
                 },
             );
             return (false, true);
@@ -155,6 +170,7 @@ impl Model {
             return (true, false);
         }
         self.seq += 1;
+        let ident = self.new_ident();
         self.pending.insert(
             key.into(),
             Rec {
@@ -162,6 +178,7 @@ impl Model {
                 prio,
                 seq: self.seq,
                 attempts: 0,
+                ident,
             },
         );
         (false, false)
@@ -269,6 +286,11 @@ impl Model {
             return;
         };
         r.attempts -= 1;
+        if r.attempts == 0 {
+            // Handed back before any attempt counted: delivered again as
+            // a first delivery, a new message downstream.
+            r.ident = self.new_ident();
+        }
         if self.unpark(key) {
             self.merged += 1;
         } else {
@@ -453,6 +475,9 @@ fn run_model(
                     ..Model::default()
                 };
                 let mut hand: Vec<Delivery> = Vec::new();
+                // Stable id <-> (identity, payload): one to one.
+                let mut ids = BTreeMap::<String, (u64, String)>::new();
+                let mut versions = BTreeMap::<(u64, String), String>::new();
                 let mut payloads = 0;
                 for op in ops {
                     match op {
@@ -506,11 +531,27 @@ fn run_model(
                                     )
                                 })
                                 .collect();
+                            let versions_taken: Vec<(u64, String)> = want
+                                .iter()
+                                .map(|(_, r)| (r.ident, r.payload.clone()))
+                                .collect();
                             let w: Vec<_> = want
                                 .into_iter()
                                 .map(|(k, r)| (k, r.payload, r.prio, r.attempts))
                                 .collect();
                             prop_assert_eq!(g, w, "take order");
+                            for (d, version) in got.iter().zip(versions_taken) {
+                                let id = d.stable_id();
+                                let named = ids.entry(id.clone()).or_insert(version.clone());
+                                prop_assert_eq!(
+                                    &*named,
+                                    &version,
+                                    "stable id {} names two messages",
+                                    id
+                                );
+                                let had = versions.entry(version).or_insert(id.clone());
+                                prop_assert_eq!(&*had, &id, "one message, two stable ids");
+                            }
                             hand.extend(got);
                         }
                         Op::Ack(i) | Op::Nack(i) | Op::Dead(i) | Op::Release(i)
