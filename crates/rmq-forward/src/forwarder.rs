@@ -16,6 +16,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmq::{CancellationToken, Outcome, Topic};
 
@@ -25,6 +26,10 @@ use crate::sink::Sink;
 pub const DEFAULT_CONCURRENCY: usize = 256;
 /// Messages one pop takes by default.
 pub const DEFAULT_BATCH: usize = 64;
+/// How long a stopping forwarder waits for the publishes in flight: longer
+/// than either sink waits for a confirm, so a publish is never cut off
+/// (its delivery released) while the broker may still take it.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(45);
 
 /// Forwards one topic's due messages to a [`Sink`].
 pub struct Forwarder<S> {
@@ -86,8 +91,8 @@ impl<S: Sink> Forwarder<S> {
     }
 
     /// Forwards until `cancel` fires (then finishes the publishes in
-    /// flight within the consumer's shutdown grace) or the consumer stops
-    /// on an error.
+    /// flight, waiting up to [`SHUTDOWN_GRACE`], and gives back what was
+    /// taken but not started) or the consumer stops on an error.
     ///
     /// # Errors
     ///
@@ -99,7 +104,8 @@ impl<S: Sink> Forwarder<S> {
             .topic
             .consumer()
             .concurrency(self.concurrency)
-            .batch(self.batch);
+            .batch(self.batch)
+            .shutdown_grace(SHUTDOWN_GRACE);
         if let Some(group) = self.serial {
             consumer = consumer.serial(group);
         }
