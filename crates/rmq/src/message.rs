@@ -255,21 +255,26 @@ pub struct Received {
 impl Received {
     /// Names this message across its deliveries, for a downstream system
     /// that deduplicates (a forwarder's `Nats-Msg-Id`, a `message_id`):
-    /// `<topic>/<slot>/<origin>/<payload length>-<payload CRC32>`. A retry
+    /// `<topic>/<slot>/<origin>/<key CRC32>/<payload length>-<payload
+    /// CRC32>`. A retry
     /// of the message (after a failure, an expired lease, a reschedule, or
     /// the release of a later attempt) has the same id; a message merged
     /// into while it waited for a retry has a new one when its payload
     /// changed, so the new payload is never taken for a duplicate. A first
     /// delivery given back with [`release`](crate::Delivery::release)
     /// counts as not delivered: its next delivery is a first one, with a
-    /// new id. Tokens count per slot from the topic's definition: after
-    /// the topic is dropped and defined again, ids repeat.
+    /// new id. Origins are a slot's delivery tokens, which count from the
+    /// server clock at the slot's first delivery, so ids do not repeat when
+    /// a topic is deleted and defined again, nor between deployments; two
+    /// messages could share one only if a Redis failover or restore wound a
+    /// slot's counter back *and* they had the same key and payload.
     pub fn stable_id(&self) -> String {
         format!(
-            "{}/{}/{}/{}-{:08x}",
+            "{}/{}/{}/{:08x}/{}-{:08x}",
             self.topic,
             self.slot,
             self.origin,
+            crc32fast::hash(&self.key),
             self.payload.len(),
             crc32fast::hash(&self.payload)
         )

@@ -429,3 +429,49 @@ async fn a_message_keeps_its_stable_id_across_deliveries_and_a_new_payload_gets_
         again.ack().await.unwrap();
     }
 }
+
+/// A merge that brings the same payload to a priority retry waiting out its
+/// backoff keeps the message's stable id (nothing new to deliver), and a
+/// topic deleted and defined again does not hand out its old ids: the same
+/// key and payload sent to the new topic is a new message.
+#[tokio::test]
+async fn a_same_payload_merge_keeps_the_id_and_a_redefined_topic_never_repeats_one() {
+    let spec = spec(TopicKind::Priority).max_attempts(10);
+    let (_s, client, topic) = setup_with(spec.clone()).await;
+    topic
+        .send(Message::new("v").key("k").priority(1))
+        .await
+        .unwrap();
+    let (mut s, stop) = stream(&topic, 1);
+    let first = next(&mut s, 5).await.unwrap();
+    let id = first.stable_id();
+    first
+        .nack(Some(Duration::from_millis(300)), "boom")
+        .await
+        .unwrap();
+    topic
+        .send(Message::new("v").key("k").priority(1))
+        .await
+        .unwrap();
+    let again = next(&mut s, 5).await.unwrap();
+    assert_eq!((again.attempt, again.stable_id()), (2, id.clone()));
+    again.ack().await.unwrap();
+    stop.cancel();
+    drop(s);
+
+    client.delete_topic(spec.name.as_str(), true).await.unwrap();
+    let topic = client.define_topic(spec).await.unwrap();
+    topic
+        .send(Message::new("v").key("k").priority(1))
+        .await
+        .unwrap();
+    let (mut s, _stop) = stream(&topic, 1);
+    let fresh = next(&mut s, 5).await.unwrap();
+    assert_eq!(fresh.attempt, 1);
+    assert_ne!(
+        fresh.stable_id(),
+        id,
+        "a new topic's message is a new message"
+    );
+    fresh.ack().await.unwrap();
+}

@@ -158,6 +158,14 @@ if got > 0 then
     end
   end
   local tok = redis.call('HINCRBY', K.m, 'tok', fmt(got)) - got
+  if tok == 0 then
+    -- The slot's first delivery since its topic was defined: its tokens
+    -- start from the server clock (ms x 1000), so that they do not repeat
+    -- when a topic is deleted and defined again, nor between deployments,
+    -- and a message's stable id (see flight_make) stays its own.
+    tok = now * 1000
+    redis.call('HSET', K.m, 'tok', fmt(tok + got))
+  end
   local deadline = fmt(now + lease)
   local fargs = {}
   for i, key in ipairs(keys) do

@@ -2,13 +2,14 @@
 -- attempts and score of a message waiting again (a), delivery ids (f),
 -- parked duplicates (n), dead-letter records (X), priority scores.
 
--- "<attempts>,<score>", then ",<origin>" (the token of the message's first
--- delivery, which its later deliveries keep: see flight_make), then
+-- "<attempts>,<score>", then ",o<origin>" (the token of the message's
+-- first delivery, which its later deliveries keep: see flight_make; the
+-- 'o' tells it from the third field older versions wrote), then
 -- "|<error>" when it waits after a failed attempt.
 local function meta_make(attempts, score, err, origin)
   local v = attempts .. ',' .. fmt(score)
   if origin then
-    v = v .. ',' .. origin
+    v = v .. ',o' .. origin
   end
   if err then
     return v .. '|' .. err
@@ -24,7 +25,7 @@ end
 
 -- The origin a waiting message keeps from its earlier deliveries, or nil.
 local function meta_origin(v)
-  return string.match(v, '^%d+,%-?%d+,(%d+)')
+  return string.match(v, '^%d+,%-?%d+,o(%d+)')
 end
 
 -- The error of the failed attempt a message waits after, or nil.

@@ -210,7 +210,7 @@ for i = 1, n do
       local meta = redis.call('HGET', K.a, key)
       if meta then
         local a, s = meta_parse(meta)
-        redis.call('HSET', K.a, key, meta_make(a, merged_score(s, v), meta_error(meta)))
+        redis.call('HSET', K.a, key, meta_make(a, merged_score(s, v), meta_error(meta), meta_origin(meta)))
       end
       put(dset, dpos, key, payload)
       codes[i] = 2
