@@ -29,12 +29,21 @@ pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where a [`NatsSink`] publishes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct NatsTarget {
     /// The server, `nats://host:port` (user and password may be in it).
     pub server: String,
     /// The subject of every message.
     pub subject: String,
+}
+
+impl std::fmt::Debug for NatsTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsTarget")
+            .field("server", &redacted(&self.server))
+            .field("subject", &self.subject)
+            .finish()
+    }
 }
 
 /// Publishes to JetStream with publish acks and deduplication ids.

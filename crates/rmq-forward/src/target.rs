@@ -42,7 +42,8 @@ impl Target {
     ///
     /// [`TargetError::Invalid`], saying what is wrong.
     pub fn parse(address: &str) -> Result<Target, TargetError> {
-        let invalid = |why: &str| TargetError::Invalid(format!("{why} (in {address:?})"));
+        let shown = redacted(address);
+        let invalid = |why: &str| TargetError::Invalid(format!("{why} (in {shown:?})"));
         let url = Url::parse(address).map_err(|e| invalid(&e.to_string()))?;
         if url.host_str().is_none_or(str::is_empty) {
             return Err(invalid("no host"));
@@ -75,6 +76,10 @@ impl Target {
                 if exchange.is_empty() && routing_key.is_empty() {
                     return Err(invalid("the default exchange needs routing_key=<queue>"));
                 }
+                // AMQP short strings: at most 255 bytes.
+                if exchange.len() > 255 || routing_key.len() > 255 {
+                    return Err(invalid("exchange and routing_key take at most 255 bytes"));
+                }
                 let mut uri = url.clone();
                 uri.set_query(None);
                 if !rest.is_empty() {
@@ -90,7 +95,7 @@ impl Target {
                 if exchange.is_some() || routing_key.is_some() || !rest.is_empty() {
                     return Err(invalid("a NATS address takes only subject="));
                 }
-                let Some(subject) = subject.filter(|s| valid_subject(s)) else {
+                let Some(subject) = subject.filter(|s| valid_subject(s) && s.len() <= 255) else {
                     return Err(invalid(
                         "subject= is missing or not a subject to publish to",
                     ));
@@ -211,6 +216,10 @@ mod tests {
 
     #[test]
     fn bad_addresses_are_refused_with_the_reason() {
+        let long_key = format!(
+            "amqp://127.0.0.1/%2f?exchange=x&routing_key={}",
+            "k".repeat(256)
+        );
         for (address, why) in [
             ("127.0.0.1:5672", "relative URL"),
             ("http://127.0.0.1/?subject=a", "unknown scheme"),
@@ -222,9 +231,14 @@ mod tests {
             ("nats://127.0.0.1:4222?subject=a..b", "subject= is missing"),
             ("nats://127.0.0.1:4222?subject=a&exchange=x", "only subject"),
             ("nats://?subject=a", "no host"),
+            ("amqp://u:secret@127.0.0.1/%2f", "exchange= is missing"),
+            (&long_key, "at most 255 bytes"),
         ] {
             match parse(address) {
-                Err(TargetError::Invalid(e)) => assert!(e.contains(why), "{address}: {e}"),
+                Err(TargetError::Invalid(e)) => {
+                    assert!(e.contains(why), "{address}: {e}");
+                    assert!(!e.contains("secret"), "the password is shown: {e}");
+                }
                 other => panic!("{address}: {other:?}"),
             }
         }

@@ -74,17 +74,22 @@ impl Broker {
         }
     }
 
-    fn signal(&self, signal: &str) {
-        if let Some(c) = &self.child {
-            signal_group(c.id(), signal);
+    /// Signals the group while its leader is ours and unreaped (its PGID
+    /// then cannot belong to anyone else), else its members still alive.
+    fn signal(&mut self, signal: &str) {
+        if let Some(c) = &mut self.child {
+            let pgid = c.id();
+            if matches!(c.try_wait(), Ok(None)) || !group(pgid).is_empty() {
+                signal_group(pgid, signal);
+            }
         }
     }
 
     /// SIGKILLs the whole group and reaps the leader.
     fn kill(&mut self) {
+        self.signal("KILL");
         if let Some(mut c) = self.child.take() {
             let pgid = c.id();
-            signal_group(pgid, "KILL");
             let _ = c.wait();
             let left = wait_until_none(Duration::from_secs(10), || group(pgid));
             for p in left {
@@ -304,12 +309,12 @@ impl RabbitServer {
     }
 
     /// SIGSTOP: the node keeps its connections open and answers nothing.
-    pub fn pause(&self) {
+    pub fn pause(&mut self) {
         self.broker.signal("STOP");
     }
 
     /// SIGCONT after [`RabbitServer::pause`].
-    pub fn resume(&self) {
+    pub fn resume(&mut self) {
         self.broker.signal("CONT");
     }
 

@@ -7,7 +7,8 @@
 //! unreachable broker with 1. Later outages do not stop it: publishes
 //! fail, their messages are retried after the topic's backoff, and the
 //! connection is made again. SIGINT, SIGTERM or SIGHUP stop taking
-//! messages, let the publishes in flight finish, and print what was done.
+//! messages, let the publishes in flight finish, and print what was done;
+//! a second signal exits at once (130).
 
 use clap::Args;
 use rmq::CancellationToken;
@@ -52,6 +53,7 @@ struct Summary {
     retried: u64,
     dead: u64,
     released: u64,
+    failed_settles: u64,
 }
 
 pub async fn run(g: &Global, args: ForwardArgs) -> CliResult {
@@ -59,7 +61,11 @@ pub async fn run(g: &Global, args: ForwardArgs) -> CliResult {
     // Caught from the start: a signal while connecting stops it cleanly too.
     let stop = stop_on_signals()?;
     let (_client, topic) = connect::topic(g, &args.topic).await?;
-    let sink = target.connect().await.map_err(|e| match e {
+    let connected = tokio::select! {
+        c = target.connect() => c,
+        () = stop.cancelled() => return Ok(()),
+    };
+    let sink = connected.map_err(|e| match e {
         TargetError::Unreachable(_) => CliError::runtime(e.to_string()),
         TargetError::Invalid(_) | TargetError::Missing(_) => CliError::usage(e.to_string()),
     })?;
@@ -80,6 +86,7 @@ pub async fn run(g: &Global, args: ForwardArgs) -> CliResult {
         retried: report.retried,
         dead: report.dead,
         released: report.released,
+        failed_settles: report.failed_settles,
     };
     if g.json {
         println!(
@@ -88,14 +95,15 @@ pub async fn run(g: &Global, args: ForwardArgs) -> CliResult {
         );
     } else {
         println!(
-            "forwarded {} from {} to {} ({} already there), {} retried, {} dead, {} released",
+            "forwarded {} from {} to {} ({} already there), {} retried, {} dead, {} released, {} acks not recorded (published again)",
             summary.forwarded,
             summary.topic,
             summary.to,
             summary.duplicates,
             summary.retried,
             summary.dead,
-            summary.released
+            summary.released,
+            summary.failed_settles
         );
     }
     Ok(())
@@ -119,6 +127,14 @@ fn stop_on_signals() -> CliResult<CancellationToken> {
         let waits = signals.iter_mut().map(|s| Box::pin(s.recv()));
         futures::future::select_all(waits).await;
         on_signal.cancel();
+        // A second signal does not wait for the publishes in flight: their
+        // messages come back after their lease.
+        let waits = signals.iter_mut().map(|s| Box::pin(s.recv()));
+        futures::future::select_all(waits).await;
+        crate::output::error_line(
+            "stopped at once: messages in flight come back after their lease",
+        );
+        std::process::exit(130);
     });
     Ok(stop)
 }
