@@ -60,16 +60,19 @@ pub fn line(s: &str) -> CliResult {
 
 /// Writes raw text (no newline added) to stdout.
 pub fn raw(s: &str) -> CliResult {
+    raw_bytes(s.as_bytes())
+}
+
+/// Writes raw bytes (no newline added) to stdout, with one flush.
+pub fn raw_bytes(b: &[u8]) -> CliResult {
     let mut out = std::io::stdout().lock();
-    out.write_all(s.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                CliError::quiet()
-            } else {
-                CliError::runtime(format!("cannot write to stdout: {e}"))
-            }
-        })
+    out.write_all(b).and_then(|()| out.flush()).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            CliError::quiet()
+        } else {
+            CliError::runtime(format!("cannot write to stdout: {e}"))
+        }
+    })
 }
 
 fn one_line(msg: &str) -> String {

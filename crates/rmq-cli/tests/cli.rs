@@ -912,3 +912,50 @@ fn locked_down_mode_from_the_cli() {
         "{r:?}"
     );
 }
+
+/// Printing in batches (one write per batch of deliveries handed out
+/// together) keeps `--max` exact and ends every printed message; a reader
+/// that goes away leaves nothing in flight: what was not printed is given
+/// back untouched, so pending + acked is everything sent.
+#[test]
+fn batched_printing_keeps_max_exact_and_a_closed_reader_loses_nothing() {
+    let env = Env::new();
+    create(&env, "p", "priority", &["--slots", "4"]);
+    let lines: String = (0..2000)
+        .map(|i| format!("{{\"payload\":\"m{i}\"}}\n"))
+        .collect();
+    env.rmq_in(&["send", "p", "--batch"], lines.as_bytes())
+        .success();
+
+    let r = env.ok(&[
+        "--json",
+        "consume",
+        "p",
+        "--max",
+        "7",
+        "--concurrency",
+        "64",
+    ]);
+    assert_eq!(r.json().len(), 7, "{r:?}");
+    let st = env.stats("p");
+    assert_eq!(
+        (st["acked"].as_u64(), st["pending"].as_u64()),
+        (Some(7), Some(1993))
+    );
+
+    let piped = format!(
+        "{} --redis {} --json consume p --concurrency 64 --idle-exit 3000 | head -n 5",
+        env!("CARGO_BIN_EXE_rmq"),
+        env.url
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", &piped])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 5);
+    assert!(eventually(Duration::from_secs(10), || {
+        let st = env.stats("p");
+        st["in_flight"] == 0
+            && st["acked"].as_u64().unwrap_or(0) + st["pending"].as_u64().unwrap_or(0) == 2000
+    }));
+}
