@@ -204,16 +204,7 @@ async fn serial_mode_keeps_each_entitys_order_into_the_stream() {
     let nats = NatsServer::start();
     let js = nats_stream(&nats.url(), STREAM, SUBJECT, |_| {}).await;
     let (entities, each) = (8, 40u64);
-    let batch: Vec<Message> = (0..each)
-        .flat_map(|n| {
-            (0..entities).map(move |e| {
-                Message::new(format!("e{e}:{n}"))
-                    .key(format!("e{e}:{n}"))
-                    .slot_basis(format!("e{e}"))
-                    .delay(Duration::from_millis(n * 3))
-            })
-        })
-        .collect();
+    let batch = entity_messages(entities, each);
     topic.send_batch(&batch).await.unwrap();
 
     let sink = target(&nats).connect().await.unwrap();
@@ -229,18 +220,11 @@ async fn serial_mode_keeps_each_entitys_order_into_the_stream() {
     run.await.unwrap().unwrap();
     let arrived = nats_read(&js, STREAM).await;
     assert_eq!(arrived.len() as u64, total);
-    let mut last = std::collections::BTreeMap::<String, i64>::new();
-    for a in &arrived {
-        let text = String::from_utf8(a.payload.clone()).unwrap();
-        let (entity, n) = text.split_once(':').unwrap();
-        let n: i64 = n.parse().unwrap();
-        let prev = last.insert(entity.to_owned(), n).unwrap_or(-1);
-        assert!(n > prev, "{entity}: {n} arrived after {prev}");
-        assert!(
-            !a.header("rmq-fence").is_empty(),
-            "serial deliveries carry their fence"
-        );
-    }
+    assert_entity_order(&arrived);
+    assert!(
+        arrived.iter().all(|a| !a.header("rmq-fence").is_empty()),
+        "serial deliveries carry their fence"
+    );
 }
 
 #[tokio::test]

@@ -191,16 +191,7 @@ async fn serial_mode_keeps_each_entitys_order_into_the_queue() {
     let rabbit = RabbitServer::start();
     let ch = rabbit_queue(&rabbit.url()).await;
     let (entities, each) = (8, 40u64);
-    let batch: Vec<Message> = (0..each)
-        .flat_map(|n| {
-            (0..entities).map(move |e| {
-                Message::new(format!("e{e}:{n}"))
-                    .key(format!("e{e}:{n}"))
-                    .slot_basis(format!("e{e}"))
-                    .delay(Duration::from_millis(n * 3))
-            })
-        })
-        .collect();
+    let batch = entity_messages(entities, each);
     topic.send_batch(&batch).await.unwrap();
 
     let sink = target(&rabbit, "jobs").connect().await.unwrap();
@@ -215,14 +206,7 @@ async fn serial_mode_keeps_each_entitys_order_into_the_queue() {
     run.await.unwrap().unwrap();
     let arrived = rabbit_drain(&ch).await;
     assert_eq!(arrived.len() as u64, entities * each);
-    let mut last = std::collections::BTreeMap::<String, i64>::new();
-    for a in &arrived {
-        let text = String::from_utf8(a.payload.clone()).unwrap();
-        let (entity, n) = text.split_once(':').unwrap();
-        let n: i64 = n.parse().unwrap();
-        let prev = last.insert(entity.to_owned(), n).unwrap_or(-1);
-        assert!(n > prev, "{entity}: {n} arrived after {prev}");
-    }
+    assert_entity_order(&arrived);
 }
 
 #[tokio::test]

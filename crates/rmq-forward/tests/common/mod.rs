@@ -239,3 +239,31 @@ impl<S: rmq_forward::Sink> rmq_forward::Sink for LoseFirstConfirm<S> {
         Ok(confirmed)
     }
 }
+
+/// Serial-order workload: `entities` entities with `each` messages apiece,
+/// all of one entity in one slot (slot basis `e<entity>`), due 3 ms apart
+/// in order; payload `e<entity>:<n>`.
+pub fn entity_messages(entities: u64, each: u64) -> Vec<rmq::Message> {
+    (0..each)
+        .flat_map(|n| {
+            (0..entities).map(move |e| {
+                rmq::Message::new(format!("e{e}:{n}"))
+                    .key(format!("e{e}:{n}"))
+                    .slot_basis(format!("e{e}"))
+                    .delay(Duration::from_millis(n * 3))
+            })
+        })
+        .collect()
+}
+
+/// Asserts that each entity's messages arrived in order.
+pub fn assert_entity_order(arrived: &[Arrived]) {
+    let mut last = BTreeMap::<String, i64>::new();
+    for a in arrived {
+        let text = String::from_utf8(a.payload.clone()).unwrap();
+        let (entity, n) = text.split_once(':').unwrap();
+        let n: i64 = n.parse().unwrap();
+        let prev = last.insert(entity.to_owned(), n).unwrap_or(-1);
+        assert!(n > prev, "{entity}: {n} arrived after {prev}");
+    }
+}
