@@ -17,6 +17,7 @@ mod cmd;
 mod connect;
 mod output;
 mod reaper;
+mod scrape;
 mod throwaway;
 
 use std::process::ExitCode;

@@ -502,18 +502,6 @@ fn reschedule_racing_consumers_never_delivers_before_the_new_time_nor_twice() {
 }
 
 /// One HTTP/1.1 request on a fresh connection; the status line and body.
-fn http(addr: &str, request: &str) -> (String, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out.lines().next().unwrap_or_default().to_string();
-    let body = out.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
-    (status, body)
-}
-
 #[test]
 fn serve_answers_the_api_and_metrics_and_refuses_actions_without_the_token() {
     use std::io::{BufRead, BufReader};

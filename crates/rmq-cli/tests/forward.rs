@@ -247,3 +247,52 @@ fn a_target_that_is_missing_or_unreachable_is_refused_at_start() {
     ]);
     unknown.one_error(2);
 }
+
+/// `--metrics-listen`: the forwarder's deliveries and publish outcomes
+/// for Prometheus, as `rmq consume` serves them.
+#[test]
+fn a_forwarder_serves_its_metrics() {
+    let env = setup();
+    let nats = NatsServer::start();
+    let rt = rt();
+    rt.block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: "DUE".into(),
+            subjects: vec!["due.jobs".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    });
+    let lines: String = (0..5)
+        .map(|i| format!("{{\"payload\":\"v\",\"key\":\"k{i}\",\"delay\":0}}\n"))
+        .collect();
+    env.rmq_in(&["send", "due", "--batch"], lines.as_bytes())
+        .success();
+    let addr = format!("127.0.0.1:{}", rmq_test_support::free_port());
+    let to = format!("{}?subject=due.jobs", nats.url());
+    let child = env
+        .cmd(&[
+            "--json",
+            "forward",
+            "due",
+            "--to",
+            &to,
+            "--metrics-listen",
+            &addr,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut body = String::new();
+    let scraped = eventually(Duration::from_secs(20), || {
+        body = scrape(&addr).unwrap_or_default();
+        body.contains("rmq_handler_outcomes_total{topic=\"due\",outcome=\"acked\"} 5")
+    });
+    let summary = stop(child);
+    assert!(scraped, "{body}");
+    assert!(body.contains("rmq_delivery_lateness_seconds"), "{body}");
+    assert_eq!(summary["forwarded"], 5);
+}

@@ -41,6 +41,10 @@ pub struct ForwardArgs {
     /// Serial mode: the consumer group
     #[arg(long, value_name = "G", default_value = "forward", requires = "serial")]
     pub group: String,
+    /// Serve this process's metrics (deliveries, due-to-taken lateness,
+    /// publish duration and outcomes) for Prometheus at http://ADDR/metrics
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// What `rmq forward` prints when it stops.
@@ -60,6 +64,9 @@ pub async fn run(g: &Global, args: ForwardArgs) -> CliResult {
     let target = Target::parse(&args.to).map_err(|e| CliError::usage(e.to_string()))?;
     // Caught from the start: a signal while connecting stops it cleanly too.
     let stop = stop_on_signals()?;
+    if let Some(addr) = args.metrics_listen {
+        crate::scrape::listen(addr)?;
+    }
     let (_client, topic) = connect::topic(g, &args.topic).await?;
     let connected = tokio::select! {
         c = target.connect() => c,

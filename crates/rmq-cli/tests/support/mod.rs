@@ -212,3 +212,23 @@ pub fn kill(signal: &str, target: &str) {
         .stderr(Stdio::null())
         .status();
 }
+
+/// Sends a raw HTTP/1.1 request; returns the status line and the body.
+pub fn http(addr: &str, request: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    s.write_all(request.as_bytes()).expect("send the request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read the answer");
+    let status = out.lines().next().unwrap_or_default().to_string();
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    (status, body)
+}
+
+/// The body of `GET /metrics` from `addr`, or None while nothing listens.
+pub fn scrape(addr: &str) -> Option<String> {
+    std::net::TcpStream::connect(addr).ok()?;
+    let get = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    Some(http(addr, get).1)
+}

@@ -226,10 +226,7 @@ struct OutcomeJson<'a> {
 pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
     let out = Out { json: g.json };
     if let Some(addr) = a.metrics_listen {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
-            .map_err(|e| CliError::runtime(format!("cannot serve metrics on {addr}: {e}")))?;
+        crate::scrape::listen(addr)?;
     }
     let names: Vec<&str> = a.topic.split(',').map(str::trim).collect();
     check_shares(&a, &names)?;
