@@ -196,11 +196,11 @@ fn init_tracing(verbose: u8) {
     use tracing_subscriber::EnvFilter;
     let filter = match verbose {
         // The Redis client's own reconnect chatter (a line per node and
-        // try while a cluster fails over) only with -v: rmq says what
+        // try while a cluster fails over) and the AMQP client's line per
+        // returned message (rmq forward) only with -v: rmq says what
         // matters itself, once.
-        0 => {
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,redis=error"))
-        }
+        0 => EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| EnvFilter::new("warn,redis=error,lapin=error")),
         1 => EnvFilter::new("info"),
         2 => EnvFilter::new("debug"),
         _ => EnvFilter::new("trace"),

@@ -11,20 +11,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lapin::options::ConfirmSelectOptions;
 use lapin::{Channel, Connection, ConnectionProperties};
 
-use super::confirms::Confirms;
+use super::channels::{confirm_channel, Channels};
 use super::{CONNECT_TIMEOUT, RECONNECT_PAUSE};
 use crate::sink::SinkError;
 use crate::target::redacted;
 
-/// One connection, its confirm channel and that channel's collector.
+/// One connection and its channels.
 #[derive(Clone)]
 pub(super) struct Link {
     pub(super) conn: Arc<Connection>,
-    pub(super) channel: Channel,
-    pub(super) confirms: Confirms,
+    pub(super) channels: Arc<Channels>,
     /// Which connection of this sink it is (counted from 1).
     pub(super) number: u64,
 }
@@ -47,8 +45,7 @@ impl Links {
     pub(super) fn new(uri: String, conn: Connection, channel: Channel) -> Links {
         let link = Link {
             conn: Arc::new(conn),
-            channel,
-            confirms: Confirms::start(),
+            channels: Arc::new(Channels::new(channel)),
             number: 1,
         };
         Links {
@@ -65,17 +62,12 @@ impl Links {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The number of the link in use (0: none).
-    pub(super) fn number(&self) -> u64 {
-        self.lock().link.as_ref().map_or(0, |l| l.number)
-    }
-
     /// The healthy link in use, or unavailable (starting a new connection
     /// in the background when none is being made).
     pub(super) fn current(&self) -> Result<Link, SinkError> {
         let mut st = self.lock();
         if let Some(l) = &st.link {
-            if l.channel.status().connected() && l.conn.status().connected() {
+            if l.conn.status().connected() {
                 return Ok(l.clone());
             }
         }
@@ -104,8 +96,7 @@ impl Links {
                     tracing::info!(uri = %redacted(&uri), number, "connected to RabbitMQ again");
                     st.link = Some(Link {
                         conn: Arc::new(conn),
-                        channel,
-                        confirms: Confirms::start(),
+                        channels: Arc::new(Channels::new(channel)),
                         number,
                     });
                 }
@@ -149,13 +140,4 @@ pub(super) async fn open(uri: &str) -> Result<(Connection, Channel), String> {
         Ok(r) => r.map_err(|e| e.to_string()),
         Err(_) => Err(format!("no answer within {CONNECT_TIMEOUT:?}")),
     }
-}
-
-/// A new channel of `conn`, in confirm mode.
-pub(super) async fn confirm_channel(conn: &Connection) -> lapin::Result<Channel> {
-    let channel = conn.create_channel().await?;
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await?;
-    Ok(channel)
 }

@@ -7,11 +7,12 @@
 //! sink checks it at start and never declares anything.
 //!
 //! Two things make this more than a publish and an await:
-//! - **Which message was returned** (`confirms.rs`): an unroutable message
+//! - **Which message was returned** (`channels.rs`): an unroutable message
 //!   comes back in a `basic.return` before its ack, and `lapin` hands the
-//!   returned message to whichever confirm completes next, not always the
-//!   publish it belongs to. The sink names every publish by its stable id
-//!   (the AMQP `message_id`) and matches returns by that id.
+//!   returned message to whichever confirm of the channel completes next.
+//!   Each publish therefore has a channel of its own while it is in flight
+//!   (many channels, one connection), so a return can only be its own; its
+//!   `message_id` is checked too.
 //! - **A broker that stops answering** (`link.rs`): a whole publish has one
 //!   deadline ([`CONFIRM_TIMEOUT`]); a link that missed one is dropped, and
 //!   a new connection is made in the background (at most one attempt at a
@@ -19,14 +20,14 @@
 //!   publishes fail at once as unavailable and are retried after the
 //!   topic's backoff. Nothing waits on a lock across network I/O.
 
-mod confirms;
+mod channels;
 mod link;
 
 use std::time::Duration;
 
 use lapin::options::{BasicPublishOptions, ExchangeDeclareOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::BasicProperties;
+use lapin::{BasicProperties, Confirmation};
 use rmq::Received;
 
 use crate::headers::{self, HeaderValue};
@@ -111,7 +112,7 @@ impl AmqpSink {
         };
         check.map_err(TargetError::Missing)?;
         // A failed passive declare closes the channel: publish on a fresh one.
-        let channel = link::confirm_channel(&conn)
+        let channel = channels::confirm_channel(&conn)
             .await
             .map_err(|e| unreachable(e.to_string()))?;
         let links = Links::new(target.uri.clone(), conn, channel);
@@ -129,14 +130,20 @@ impl AmqpSink {
         self
     }
 
-    async fn publish_on_link(&self, msg: &Received) -> Result<Confirmed, SinkError> {
-        let link = self.links.current()?;
+    async fn publish_on(&self, link: link::Link, msg: &Received) -> Result<Confirmed, SinkError> {
         let (id, table) = field_table(msg);
         let properties = BasicProperties::default()
             .with_delivery_mode(2)
             .with_message_id(ShortString::from(id.as_str()))
             .with_headers(table);
-        let confirm = match link
+        let lent = match link.channels.take(&link.conn).await {
+            Ok(l) => l,
+            Err(e) => {
+                self.links.drop_link(link.number);
+                return Err(SinkError::Unavailable(e));
+            }
+        };
+        let published = lent
             .channel
             .basic_publish(
                 ShortString::from(self.target.exchange.as_str()),
@@ -148,23 +155,58 @@ impl AmqpSink {
                 &msg.payload,
                 properties,
             )
-            .await
-        {
-            Ok(c) => c,
+            .await;
+        let answer = match published {
+            Ok(confirm) => confirm.await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(Confirmation::Ack(None)) => {
+                link.channels.put(lent);
+                Ok(Confirmed::default())
+            }
+            Ok(Confirmation::Ack(Some(m)) | Confirmation::Nack(Some(m)))
+                if m.delivery
+                    .properties
+                    .message_id()
+                    .as_ref()
+                    .map(|i| i.as_str())
+                    == Some(id.as_str()) =>
+            {
+                link.channels.put(lent);
+                Err(SinkError::Refused(format!(
+                    "unroutable: {} {} (exchange {:?}, routing key {:?})",
+                    m.reply_code, m.reply_text, self.target.exchange, self.target.routing_key
+                )))
+            }
+            Ok(Confirmation::Ack(Some(_)) | Confirmation::Nack(Some(_))) => {
+                // Another message's return on this channel: it cannot be
+                // trusted any more.
+                self.links.drop_link(link.number);
+                Err(SinkError::Unavailable(
+                    "a return for another message arrived on this channel".into(),
+                ))
+            }
+            Ok(Confirmation::Nack(None)) => {
+                link.channels.put(lent);
+                Err(SinkError::Refused("nacked by the broker".into()))
+            }
+            Ok(Confirmation::NotRequested) => Err(SinkError::Unavailable(
+                "the channel is not in confirm mode".into(),
+            )),
             Err(e) => {
                 self.links.drop_link(link.number);
-                return Err(SinkError::Unavailable(e.to_string()));
+                Err(SinkError::Unavailable(e.to_string()))
             }
-        };
-        link.confirms.wait(id, confirm).await?;
-        Ok(Confirmed::default())
+        }
     }
 }
 
 impl Sink for AmqpSink {
     async fn publish(&self, msg: &Received) -> Result<Confirmed, SinkError> {
-        let number = self.links.number();
-        match tokio::time::timeout(self.confirm_timeout, self.publish_on_link(msg)).await {
+        let link = self.links.current()?;
+        let number = link.number;
+        match tokio::time::timeout(self.confirm_timeout, self.publish_on(link, msg)).await {
             Ok(r) => r,
             Err(_) => {
                 // A link that stopped confirming is not used again.
