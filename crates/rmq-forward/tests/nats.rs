@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::stream::DiscardPolicy;
 use common::*;
-use rmq::{CancellationToken, Message, TopicKind, TopicSpec};
+use rmq::{Message, TopicKind, TopicSpec};
 use rmq_forward::{Forwarder, Target, TargetError};
 
 const STREAM: &str = "DUE";
@@ -42,8 +42,7 @@ async fn every_message_reaches_the_stream_once_with_its_headers() {
     topic.send_batch(&batch).await.unwrap();
 
     let sink = target(&nats).connect().await.unwrap();
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(Forwarder::new(topic.clone(), sink).run(stop.clone()));
+    let running = Running::start(Forwarder::new(topic.clone(), sink));
     assert!(eventually(30, || async { nats_count(&js, STREAM).await >= 2001 }).await);
     assert!(
         eventually(10, || async {
@@ -51,8 +50,7 @@ async fn every_message_reaches_the_stream_once_with_its_headers() {
         })
         .await
     );
-    stop.cancel();
-    let report = run.await.unwrap().unwrap();
+    let report = running.finish().await;
     assert_eq!(
         (report.forwarded, report.duplicates, report.dead),
         (2001, 0, 0)
@@ -107,12 +105,7 @@ async fn a_server_killed_mid_stream_loses_nothing_and_the_stream_keeps_each_mess
     topic.send_batch(&batch).await.unwrap();
 
     let sink = target(&nats).connect().await.unwrap();
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
-        Forwarder::new(topic.clone(), sink)
-            .concurrency(64)
-            .run(stop.clone()),
-    );
+    let running = Running::start(Forwarder::new(topic.clone(), sink).concurrency(64));
     assert!(eventually(30, || async { nats_count(&js, STREAM).await >= total / 6 }).await);
     nats.kill();
     // Down for longer than a publish waits for its ack: the publishes in
@@ -123,8 +116,7 @@ async fn a_server_killed_mid_stream_loses_nothing_and_the_stream_keeps_each_mess
 
     let js = nats_stream_again(&nats).await;
     let all = eventually(90, || all_ended(&topic)).await;
-    stop.cancel();
-    let report = run.await.unwrap().unwrap();
+    let report = running.finish().await;
     assert!(
         all,
         "rmq still holds messages: {:?}",
@@ -170,20 +162,14 @@ async fn a_full_streams_refusals_become_dead_letters_with_the_servers_reason() {
     topic.send_batch(&batch).await.unwrap();
 
     let sink = target(&nats).connect().await.unwrap();
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
-        Forwarder::new(topic.clone(), sink)
-            .concurrency(1)
-            .run(stop.clone()),
-    );
+    let running = Running::start(Forwarder::new(topic.clone(), sink).concurrency(1));
     assert!(
         eventually(30, || async {
             topic.stats().await.unwrap().total.dead == 3
         })
         .await
     );
-    stop.cancel();
-    let report = run.await.unwrap().unwrap();
+    let report = running.finish().await;
     assert_eq!((report.forwarded, report.dead), (5, 3));
     assert_eq!(nats_count(&js, STREAM).await, 5);
     for dead in topic.dead_letters(10).await.unwrap() {
@@ -208,16 +194,10 @@ async fn serial_mode_keeps_each_entitys_order_into_the_stream() {
     topic.send_batch(&batch).await.unwrap();
 
     let sink = target(&nats).connect().await.unwrap();
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
-        Forwarder::new(topic.clone(), sink)
-            .serial("fwd")
-            .run(stop.clone()),
-    );
+    let running = Running::start(Forwarder::new(topic.clone(), sink).serial("fwd"));
     let total = entities * each;
     assert!(eventually(60, || async { nats_count(&js, STREAM).await >= total }).await);
-    stop.cancel();
-    run.await.unwrap().unwrap();
+    running.finish().await;
     let arrived = nats_read(&js, STREAM).await;
     assert_eq!(arrived.len() as u64, total);
     assert_entity_order(&arrived);
@@ -261,11 +241,9 @@ async fn a_retry_after_a_lost_confirm_is_dropped_by_jetstream_as_a_duplicate() {
     topic.send_batch(&batch).await.unwrap();
 
     let sink = LoseFirstConfirm(target(&nats).connect().await.unwrap());
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(Forwarder::new(topic.clone(), sink).run(stop.clone()));
+    let running = Running::start(Forwarder::new(topic.clone(), sink));
     assert!(eventually(30, || all_ended(&topic)).await);
-    stop.cancel();
-    let report = run.await.unwrap().unwrap();
+    let report = running.finish().await;
     assert_eq!(
         (report.forwarded, report.retried, report.duplicates),
         (300, 300, 300)

@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use rmq::{CancellationToken, Message, TopicKind, TopicSpec};
+use rmq::{Message, TopicKind, TopicSpec};
 use rmq_forward::{AmqpSink, Forwarder, Target, TargetError};
 
 fn target(rabbit: &RabbitServer, routing_key: &str) -> Target {
@@ -44,11 +44,9 @@ async fn every_message_arrives_once_persistent_with_its_headers() {
     topic.send_batch(&batch).await.unwrap();
 
     let sink = target(&rabbit, "jobs").connect().await.unwrap();
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(Forwarder::new(topic.clone(), sink).run(stop.clone()));
+    let running = Running::start(Forwarder::new(topic.clone(), sink));
     assert!(eventually(60, || all_ended(&topic)).await);
-    stop.cancel();
-    let report = run.await.unwrap().unwrap();
+    let report = running.finish().await;
     assert_eq!(
         (report.forwarded, report.dead, report.retried),
         (2001, 0, 0)
@@ -101,12 +99,7 @@ async fn a_node_stopped_mid_stream_and_restarted_loses_nothing() {
 
     let concurrency = 64;
     let sink = target(&rabbit, "jobs").connect().await.unwrap();
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
-        Forwarder::new(topic.clone(), sink)
-            .concurrency(concurrency)
-            .run(stop.clone()),
-    );
+    let running = Running::start(Forwarder::new(topic.clone(), sink).concurrency(concurrency));
     // Stop it a sixth of the way through (judged by rmq's acks: reading the
     // queue meanwhile would slow everything on a loaded machine).
     assert!(
@@ -120,8 +113,7 @@ async fn a_node_stopped_mid_stream_and_restarted_loses_nothing() {
     rabbit.restart();
 
     let all = eventually(120, || all_ended(&topic)).await;
-    stop.cancel();
-    let report = run.await.unwrap().unwrap();
+    let report = running.finish().await;
     assert!(
         all,
         "rmq still holds messages: {:?}",
@@ -162,16 +154,14 @@ async fn unroutable_messages_become_dead_letters_with_the_brokers_reason() {
 
     // The exchange exists; nothing is bound with this routing key.
     let sink = target(&rabbit, "nowhere").connect().await.unwrap();
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(Forwarder::new(topic.clone(), sink).run(stop.clone()));
+    let running = Running::start(Forwarder::new(topic.clone(), sink));
     assert!(
         eventually(30, || async {
             topic.stats().await.unwrap().total.dead == 5
         })
         .await
     );
-    stop.cancel();
-    let report = run.await.unwrap().unwrap();
+    let report = running.finish().await;
     assert_eq!((report.forwarded, report.dead, report.retried), (0, 5, 10));
     for dead in topic.dead_letters(10).await.unwrap() {
         assert_eq!(dead.attempts, 3);
@@ -195,15 +185,9 @@ async fn serial_mode_keeps_each_entitys_order_into_the_queue() {
     topic.send_batch(&batch).await.unwrap();
 
     let sink = target(&rabbit, "jobs").connect().await.unwrap();
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
-        Forwarder::new(topic.clone(), sink)
-            .serial("fwd")
-            .run(stop.clone()),
-    );
+    let running = Running::start(Forwarder::new(topic.clone(), sink).serial("fwd"));
     assert!(eventually(60, || all_ended(&topic)).await);
-    stop.cancel();
-    run.await.unwrap().unwrap();
+    running.finish().await;
     let arrived = rabbit_drain(&ch).await;
     assert_eq!(arrived.len() as u64, entities * each);
     assert_entity_order(&arrived);
@@ -261,11 +245,9 @@ async fn a_retry_after_a_lost_confirm_repeats_the_message_with_the_same_message_
     topic.send_batch(&batch).await.unwrap();
 
     let sink = LoseFirstConfirm(target(&rabbit, "jobs").connect().await.unwrap());
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(Forwarder::new(topic.clone(), sink).run(stop.clone()));
+    let running = Running::start(Forwarder::new(topic.clone(), sink));
     assert!(eventually(30, || all_ended(&topic)).await);
-    stop.cancel();
-    let report = run.await.unwrap().unwrap();
+    let report = running.finish().await;
     assert_eq!((report.forwarded, report.retried), (300, 300));
     let arrived = rabbit_drain(&ch).await;
     assert_eq!(arrived.len(), 600, "two copies of each");
@@ -319,12 +301,7 @@ async fn a_hung_node_times_out_its_confirms_and_nothing_is_lost_when_it_answers_
         .unwrap()
         .confirm_timeout(Duration::from_secs(1));
     let concurrency = 64;
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
-        Forwarder::new(topic.clone(), sink)
-            .concurrency(concurrency)
-            .run(stop.clone()),
-    );
+    let running = Running::start(Forwarder::new(topic.clone(), sink).concurrency(concurrency));
     assert!(
         eventually(30, || async {
             topic.stats().await.unwrap().total.acked >= 200
@@ -353,8 +330,7 @@ async fn a_hung_node_times_out_its_confirms_and_nothing_is_lost_when_it_answers_
     rabbit.resume();
 
     let all = eventually(90, || all_ended(&topic)).await;
-    stop.cancel();
-    let report = run.await.unwrap().unwrap();
+    let report = running.finish().await;
     assert!(
         all,
         "rmq still holds messages: {:?}",
@@ -424,11 +400,9 @@ async fn returns_are_matched_to_their_own_message_when_routed_and_unroutable_mix
 
     let to = format!("{}?exchange=by-slot&routing_key=any", rabbit.url());
     let sink = Target::parse(&to).unwrap().connect().await.unwrap();
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(Forwarder::new(topic.clone(), sink).run(stop.clone()));
+    let running = Running::start(Forwarder::new(topic.clone(), sink));
     assert!(eventually(60, || all_ended(&topic)).await);
-    stop.cancel();
-    let report = run.await.unwrap().unwrap();
+    let report = running.finish().await;
 
     let arrived = rabbit_drain(&ch).await;
     let in_slot_0 = (0..total)

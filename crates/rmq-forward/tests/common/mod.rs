@@ -35,6 +35,26 @@ pub async fn redis_topic(spec: TopicSpec) -> (RedisServer, Client, Topic) {
     (redis, client, topic)
 }
 
+/// A forwarder running in the background until [`Running::finish`].
+pub struct Running {
+    stop: rmq::CancellationToken,
+    run: tokio::task::JoinHandle<rmq::Result<rmq_forward::ForwardReport>>,
+}
+
+impl Running {
+    pub fn start<S: rmq_forward::Sink>(forwarder: rmq_forward::Forwarder<S>) -> Running {
+        let stop = rmq::CancellationToken::new();
+        let run = tokio::spawn(forwarder.run(stop.clone()));
+        Running { stop, run }
+    }
+
+    /// Stops it and returns its report (the publishes in flight finish).
+    pub async fn finish(self) -> rmq_forward::ForwardReport {
+        self.stop.cancel();
+        self.run.await.unwrap().unwrap()
+    }
+}
+
 /// Whether the topic holds nothing any more: nothing pending, in flight or
 /// waiting for a retry.
 pub async fn all_ended(topic: &Topic) -> bool {
