@@ -83,6 +83,34 @@ fn stop(mut child: Child) -> Value {
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"))
 }
 
+/// Sends the messages, SIGKILLs a first forwarder once 1,000 were acked,
+/// lets a second one finish, and returns its summary.
+fn killed_mid_stream_then_finished(env: &Env, to: &str) -> Value {
+    send_all(env);
+    let mut first = forwarder(env, to);
+    assert!(eventually(Duration::from_secs(30), || acked(env) >= 1000));
+    kill("-KILL", &first.id().to_string());
+    first.wait().unwrap();
+    let second = forwarder(env, to);
+    assert!(eventually(Duration::from_secs(60), || drained(env)));
+    stop(second)
+}
+
+/// A stream `DUE` taking subject `due.jobs`.
+fn due_stream(rt: &tokio::runtime::Runtime, nats: &NatsServer) -> async_nats::jetstream::Context {
+    rt.block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: "DUE".into(),
+            subjects: vec!["due.jobs".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        js
+    })
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -95,17 +123,7 @@ fn a_forwarder_killed_mid_batch_loses_nothing_and_jetstream_keeps_each_message_o
     let env = setup();
     let nats = NatsServer::start();
     let rt = rt();
-    let js = rt.block_on(async {
-        let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
-        js.create_stream(async_nats::jetstream::stream::Config {
-            name: "DUE".into(),
-            subjects: vec!["due.jobs".into()],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-        js
-    });
+    let js = due_stream(&rt, &nats);
     let count = || {
         rt.block_on(async {
             js.get_stream("DUE")
@@ -120,14 +138,7 @@ fn a_forwarder_killed_mid_batch_loses_nothing_and_jetstream_keeps_each_message_o
     };
     let to = format!("{}?subject=due.jobs", nats.url());
 
-    send_all(&env);
-    let mut first = forwarder(&env, &to);
-    assert!(eventually(Duration::from_secs(30), || acked(&env) >= 1000));
-    kill("-KILL", &first.id().to_string());
-    first.wait().unwrap();
-    let second = forwarder(&env, &to);
-    assert!(eventually(Duration::from_secs(60), || drained(&env)));
-    let summary = stop(second);
+    let summary = killed_mid_stream_then_finished(&env, &to);
 
     assert_eq!(count(), MESSAGES as u64, "every message once: {summary}");
     let keys: BTreeMap<String, usize> = rt.block_on(async {
@@ -190,14 +201,7 @@ fn a_forwarder_killed_mid_batch_loses_nothing_in_rabbitmq_and_repeats_only_what_
     };
     let to = format!("{}?exchange=&routing_key=jobs", rabbit.url());
 
-    send_all(&env);
-    let mut first = forwarder(&env, &to);
-    assert!(eventually(Duration::from_secs(30), || acked(&env) >= 1000));
-    kill("-KILL", &first.id().to_string());
-    first.wait().unwrap();
-    let second = forwarder(&env, &to);
-    assert!(eventually(Duration::from_secs(60), || drained(&env)));
-    let summary = stop(second);
+    let summary = killed_mid_stream_then_finished(&env, &to);
     let total = take();
     assert_eq!(ids.len(), MESSAGES, "every message arrived: {summary}");
     let extra = total - MESSAGES;
@@ -255,16 +259,7 @@ fn a_forwarder_serves_its_metrics() {
     let env = setup();
     let nats = NatsServer::start();
     let rt = rt();
-    rt.block_on(async {
-        let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
-        js.create_stream(async_nats::jetstream::stream::Config {
-            name: "DUE".into(),
-            subjects: vec!["due.jobs".into()],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    });
+    due_stream(&rt, &nats);
     let lines: String = (0..5)
         .map(|i| format!("{{\"payload\":\"v\",\"key\":\"k{i}\",\"delay\":0}}\n"))
         .collect();
