@@ -26,6 +26,7 @@ use rmq_forward::{Confirmed, Forwarder, Sink, SinkError, Target};
 use rmq_test_support::{NatsServer, RabbitServer, RedisServer};
 use serde_json::json;
 
+use crate::latency::percentiles;
 use crate::workload::{key16, now_ms, payload64};
 
 /// Publishes awaiting their confirm at once, for the ceiling and the forwarder.
@@ -182,8 +183,22 @@ async fn forward_rate(client: &Client, target: &Target, broker: &str, n: u64) ->
             .collect();
         topic.send_batch(&batch).await?;
     }
+    let (took, _) = forward_all(topic, target, n, Duration::from_secs(600)).await?;
+    Ok(n as f64 / took.as_secs_f64())
+}
+
+/// Forwards `topic` until `n` messages were confirmed (within `limit`):
+/// how long that took from the forwarder's start, and each message's
+/// lateness (confirm time minus due time, ms; time kinds only).
+async fn forward_all(
+    topic: rmq::Topic,
+    target: &Target,
+    n: u64,
+    limit: Duration,
+) -> Result<(Duration, Vec<i64>)> {
     let sink = Counted::new(target.connect().await?, n);
     let done = sink.done.clone();
+    let late = sink.late.clone();
     let stop = CancellationToken::new();
     let start = Instant::now();
     let run = tokio::spawn(
@@ -192,14 +207,15 @@ async fn forward_rate(client: &Client, target: &Target, broker: &str, n: u64) ->
             .batch(64)
             .run(stop.clone()),
     );
-    tokio::time::timeout(Duration::from_secs(600), done.notified())
+    tokio::time::timeout(limit, done.notified())
         .await
-        .context("the forwarder did not finish in 10 minutes")?;
-    let rate = n as f64 / start.elapsed().as_secs_f64();
+        .with_context(|| format!("{n} messages were not forwarded within {limit:?}"))?;
+    let took = start.elapsed();
     stop.cancel();
     let report = run.await??;
     anyhow::ensure!(report.dead == 0, "messages died: {report:?}");
-    Ok(rate)
+    let late = late.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    Ok((took, late))
 }
 
 async fn lateness(
@@ -222,25 +238,10 @@ async fn lateness(
             .collect();
         topic.send_batch(&batch).await?;
     }
-    let sink = Counted::new(target.connect().await?, n);
-    let done = sink.done.clone();
-    let late = sink.late.clone();
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
-        Forwarder::new(topic, sink)
-            .concurrency(WINDOW)
-            .batch(64)
-            .run(stop.clone()),
-    );
-    tokio::time::timeout(Duration::from_secs(120), done.notified())
-        .await
-        .context("the lateness run did not finish")?;
-    stop.cancel();
-    run.await??;
-    let mut v = late.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    v.sort_unstable();
-    let p = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
-    Ok(json!({"rate_per_s": rate.round(), "p50": p(0.5), "p99": p(0.99), "max": v[v.len() - 1]}))
+    let (_, late) = forward_all(topic, target, n, Duration::from_secs(120)).await?;
+    let mut out = percentiles(late);
+    out["rate_per_s"] = json!(rate.round());
+    Ok(out)
 }
 
 /// A sink that counts confirms, notes each one's lateness (confirm time

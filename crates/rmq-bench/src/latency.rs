@@ -14,7 +14,8 @@ use crate::env::Env;
 use crate::report::{round, Row};
 use crate::workload::{define, key16, make, now_ms, payload64, Rng};
 
-fn percentiles(mut v: Vec<i64>) -> Value {
+/// p50, p99, p99.9 and max of `v`.
+pub(crate) fn percentiles(mut v: Vec<i64>) -> Value {
     v.sort_unstable();
     let p = |q: f64| -> i64 {
         if v.is_empty() {
