@@ -21,7 +21,7 @@ use rmq::Received;
 
 use crate::headers::{self, HeaderValue};
 use crate::sink::{Confirmed, Sink, SinkError};
-use crate::target::{redacted, TargetError};
+use crate::target::TargetError;
 
 /// How long a publish waits for JetStream's ack.
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,7 +40,7 @@ pub struct NatsTarget {
 impl std::fmt::Debug for NatsTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NatsTarget")
-            .field("server", &redacted(&self.server))
+            .field("server", &rmq::redact(&self.server))
             .field("subject", &self.subject)
             .finish()
     }
@@ -64,7 +64,9 @@ impl NatsSink {
             .connection_timeout(CONNECT_TIMEOUT)
             .connect(target.server.as_str())
             .await
-            .map_err(|e| TargetError::Unreachable(format!("{}: {e}", redacted(&target.server))))?;
+            .map_err(|e| {
+                TargetError::Unreachable(format!("{}: {e}", rmq::redact(&target.server)))
+            })?;
         let mut js = async_nats::jetstream::new(client);
         js.set_timeout(ACK_TIMEOUT);
         js.stream_by_subject(target.subject.as_str())

@@ -42,7 +42,7 @@ impl Target {
     ///
     /// [`TargetError::Invalid`], saying what is wrong.
     pub fn parse(address: &str) -> Result<Target, TargetError> {
-        let shown = redacted(address);
+        let shown = rmq::redact(address);
         let invalid = |why: &str| TargetError::Invalid(format!("{why} (in {shown:?})"));
         let url = Url::parse(address).map_err(|e| invalid(&e.to_string()))?;
         if url.host_str().is_none_or(str::is_empty) {
@@ -133,23 +133,12 @@ impl std::fmt::Display for Target {
             Target::Amqp(t) => write!(
                 f,
                 "{} exchange {:?} routing key {:?}",
-                redacted(&t.uri),
+                rmq::redact(&t.uri),
                 t.exchange,
                 t.routing_key
             ),
-            Target::Nats(t) => write!(f, "{} subject {}", redacted(&t.server), t.subject),
+            Target::Nats(t) => write!(f, "{} subject {}", rmq::redact(&t.server), t.subject),
         }
-    }
-}
-
-/// A URI without its password, for messages.
-pub(crate) fn redacted(uri: &str) -> String {
-    match url::Url::parse(uri) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        _ => uri.to_owned(),
     }
 }
 

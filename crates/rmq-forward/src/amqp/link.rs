@@ -16,7 +16,6 @@ use lapin::{Channel, Connection, ConnectionProperties};
 use super::channels::{confirm_channel, Channels};
 use super::{CONNECT_TIMEOUT, RECONNECT_PAUSE};
 use crate::sink::SinkError;
-use crate::target::redacted;
 
 /// One connection and its channels.
 #[derive(Clone)]
@@ -93,7 +92,7 @@ impl Links {
             match opened {
                 Ok((conn, channel)) => {
                     let number = made.fetch_add(1, Ordering::Relaxed) + 1;
-                    tracing::info!(uri = %redacted(&uri), number, "connected to RabbitMQ again");
+                    tracing::info!(uri = %rmq::redact(&uri), number, "connected to RabbitMQ again");
                     st.link = Some(Link {
                         conn: Arc::new(conn),
                         channels: Arc::new(Channels::new(channel)),
@@ -101,7 +100,7 @@ impl Links {
                     });
                 }
                 Err(e) => {
-                    tracing::warn!(uri = %redacted(&uri), error = %e, "cannot reconnect to RabbitMQ");
+                    tracing::warn!(uri = %rmq::redact(&uri), error = %e, "cannot reconnect to RabbitMQ");
                     st.last_failure = Some(Instant::now());
                 }
             }

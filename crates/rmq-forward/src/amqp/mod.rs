@@ -32,7 +32,7 @@ use rmq::Received;
 
 use crate::headers::{self, HeaderValue};
 use crate::sink::{Confirmed, Sink, SinkError};
-use crate::target::{redacted, TargetError};
+use crate::target::TargetError;
 use link::Links;
 
 /// The least time between two connection attempts.
@@ -58,7 +58,7 @@ pub struct AmqpTarget {
 impl std::fmt::Debug for AmqpTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AmqpTarget")
-            .field("uri", &redacted(&self.uri))
+            .field("uri", &rmq::redact(&self.uri))
             .field("exchange", &self.exchange)
             .field("routing_key", &self.routing_key)
             .finish()
@@ -82,7 +82,7 @@ impl AmqpSink {
     /// [`TargetError::Missing`] when the exchange or queue is not there.
     pub async fn connect(target: AmqpTarget) -> Result<AmqpSink, TargetError> {
         let unreachable =
-            |e: String| TargetError::Unreachable(format!("{}: {e}", redacted(&target.uri)));
+            |e: String| TargetError::Unreachable(format!("{}: {e}", rmq::redact(&target.uri)));
         let (conn, channel) = link::open(&target.uri).await.map_err(unreachable)?;
         let check = match target.exchange.as_str() {
             "" => channel
