@@ -110,7 +110,9 @@ pub use control::{
     SerialGroup, SerialView, State,
 };
 pub use error::{Error, ErrorKind, Result};
-pub use group::{Coordinator, LeaseReply};
+pub use group::{
+    Coordinator, CoordinatorError, CoordinatorFuture, GroupRef, LeaseReply, Membership,
+};
 pub use message::{Message, Received, MAX_KEY_BYTES, MAX_TIME_MS};
 pub use outcome::{Moved, Sent, Settled};
 pub use producer::{BatchReport, MAX_BATCH};

@@ -150,7 +150,9 @@ impl ConsumerBuilder {
         }
         self
     }
-    /// Serial mode: another membership backend than Redis (fencing stays in Redis).
+    /// Serial mode: another membership backend than Redis, e.g. ZooKeeper
+    /// with the `rmq-zk` crate (fencing stays in Redis, so safety never
+    /// depends on it).
     pub fn coordinator(mut self, c: Arc<dyn Coordinator>) -> Self {
         self.coordinator = Some(c);
         self
@@ -205,20 +207,21 @@ impl ConsumerBuilder {
             .as_ref()
             .is_some_and(|c| validate_group(&c.group).is_err());
         let keeper = self.serial.filter(|_| !invalid).map(|cfg| {
-            let coordinator = self.coordinator.clone().unwrap_or_else(|| {
-                Arc::new(RedisCoordinator::new(
-                    self.topic.clone(),
-                    &cfg.group,
-                    cfg.member_timeout,
-                ))
-            });
+            let coordinator = self
+                .coordinator
+                .clone()
+                .unwrap_or_else(|| Arc::new(RedisCoordinator::new(self.topic.clone())));
+            let membership = coordinator.join(
+                &self.topic.group_ref(&cfg.group, cfg.member_timeout),
+                &member,
+            );
             let keeper_stop = CancellationToken::new();
             let handle = shared.ownership.clone().map(|own| {
                 tokio::spawn(keep_leases(
                     self.topic.clone(),
                     own,
                     shared.clone(),
-                    coordinator,
+                    membership,
                     cfg,
                     keeper_stop.clone(),
                 ))

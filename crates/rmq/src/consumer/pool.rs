@@ -86,6 +86,7 @@ pub struct Pool {
     shares: BTreeMap<String, Share>,
     grace: Duration,
     serial: Option<(String, Option<Duration>, Option<Duration>)>,
+    coordinator: Option<Arc<dyn crate::Coordinator>>,
     limits: PoolLimits,
 }
 
@@ -100,6 +101,7 @@ impl Pool {
             shares: BTreeMap::new(),
             grace: Duration::from_secs(30),
             serial: None,
+            coordinator: None,
             limits: PoolLimits::default(),
         }
     }
@@ -150,6 +152,12 @@ impl Pool {
         }
         self
     }
+    /// Serial mode: another membership backend than Redis (see
+    /// [`ConsumerBuilder::coordinator`]).
+    pub fn coordinator(mut self, c: Arc<dyn crate::Coordinator>) -> Self {
+        self.coordinator = Some(c);
+        self
+    }
     /// A handle on the limits per topic while the pool runs.
     pub fn limits(&self) -> PoolLimits {
         self.limits.clone()
@@ -181,6 +189,9 @@ impl Pool {
                 }
                 if let Some(d) = lease {
                     c = c.slot_lease(*d);
+                }
+                if let Some(coordinator) = &self.coordinator {
+                    c = c.coordinator(coordinator.clone());
                 }
             }
             c.gate = Some(gate.clone());

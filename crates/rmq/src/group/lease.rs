@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{assign, Coordinator, Fence, SerialConfig, SlotEvents};
+use super::{assign, Fence, Membership, SerialConfig, SlotEvents};
 use crate::scripts::lease::{LeaseAnswer, LeaseOp, LeaseRequest};
 use crate::topic::Topic;
 
@@ -200,25 +200,41 @@ async fn watchdog(
 }
 
 /// This round's heartbeat: the live members, or None when it failed or
-/// took longer than `limit` (then this round acquires nothing).
+/// took longer than `limit` (then this round acquires nothing). A backend
+/// that stays down is reported once when it fails and once when it is
+/// back, not at every tick.
 async fn heartbeat(
     topic: &Topic,
-    coordinator: &dyn Coordinator,
-    member: &str,
+    membership: &dyn Membership,
     leaving: bool,
     limit: Duration,
+    failing_since: &Mutex<Option<Instant>>,
 ) -> Option<Vec<String>> {
-    match tokio::time::timeout(limit, coordinator.heartbeat(member, leaving)).await {
-        Ok(Ok(m)) => Some(m),
-        Ok(Err(e)) => {
-            tracing::warn!(topic = %topic.name(), "group heartbeat failed: {e}");
-            None
+    let failure = match tokio::time::timeout(limit, membership.heartbeat(leaving)).await {
+        Ok(Ok(m)) => {
+            let since = failing_since
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(since) = since {
+                tracing::warn!(topic = %topic.name(),
+                    "group heartbeat works again after {:.1} s", since.elapsed().as_secs_f64());
+            }
+            return Some(m);
         }
-        Err(_) => {
-            tracing::warn!(topic = %topic.name(), "group heartbeat timed out");
-            None
-        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {limit:?}"),
+    };
+    let mut since = failing_since.lock().unwrap_or_else(|p| p.into_inner());
+    if since.is_none() {
+        *since = Some(Instant::now());
+        tracing::warn!(topic = %topic.name(),
+            "group heartbeat failed: {failure}; keeping the slots whose leases are held, \
+             taking no new one until it works again");
+    } else {
+        tracing::debug!(topic = %topic.name(), "group heartbeat failed: {failure}");
     }
+    None
 }
 
 /// The lease calls of a round's plans, in the same order.
@@ -249,11 +265,13 @@ fn lease_calls(
 }
 
 /// Runs until `stop` fires, then releases every lease and leaves the group.
+/// A round runs every tick, and at once when the membership backend says
+/// the members changed.
 pub(crate) async fn keep_leases(
     topic: Topic,
     own: Arc<Mutex<Ownership>>,
     events: Arc<dyn SlotEvents>,
-    coordinator: Arc<dyn Coordinator>,
+    membership: Arc<dyn Membership>,
     cfg: SerialConfig,
     stop: CancellationToken,
 ) {
@@ -268,14 +286,18 @@ pub(crate) async fn keep_leases(
     let keeper = Keeper {
         topic,
         own,
-        coordinator,
+        membership,
         member,
         cfg,
+        failing_since: Mutex::new(None),
     };
+    let tick = keeper.cfg.tick();
+    let mut retry = RETRY_FIRST;
     loop {
         let leaving = stop.is_cancelled();
+        let round = keeper.round(leaving).await;
         // Look at newly owned slots at once, whatever was known of them.
-        for slot in keeper.round(leaving).await {
+        for &slot in &round.acquired {
             tracing::debug!(topic = %keeper.topic.name(), slot, "slot acquired");
             events.slot_may_have_work(slot);
         }
@@ -283,27 +305,55 @@ pub(crate) async fn keep_leases(
         if leaving {
             return;
         }
+        // A slot this member should own is still held by its previous
+        // owner, who gives it up at its own next round (or when its lease
+        // runs out): ask again soon rather than a whole tick later.
+        let pause = if round.refused > 0 {
+            let pause = retry.min(tick);
+            retry = (retry * 2).min(tick);
+            pause
+        } else {
+            retry = RETRY_FIRST;
+            tick
+        };
         tokio::select! {
-            _ = tokio::time::sleep(keeper.cfg.tick()) => {}
+            _ = tokio::time::sleep(pause) => {}
+            _ = keeper.membership.changed() => {
+                tracing::debug!(topic = %keeper.topic.name(), "group members changed");
+            }
             _ = stop.cancelled() => {}
         }
     }
+}
+
+/// The first pause before asking again for a slot whose acquire was
+/// refused; it doubles up to the tick while refusals go on.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+
+/// What a round did.
+struct Round {
+    /// Slots newly acquired.
+    acquired: Vec<u32>,
+    /// Slots this member should own whose acquire was refused or failed.
+    refused: usize,
 }
 
 /// What one round of lease keeping works with.
 struct Keeper {
     topic: Topic,
     own: Arc<Mutex<Ownership>>,
-    coordinator: Arc<dyn Coordinator>,
+    membership: Arc<dyn Membership>,
     member: Arc<str>,
     cfg: SerialConfig,
+    /// Since when heartbeats fail (None: they work).
+    failing_since: Mutex<Option<Instant>>,
 }
 
 impl Keeper {
     /// One heartbeat, then one pipeline of lease calls as `plan` decides
-    /// and `apply` records; returns the slots acquired. (`leaving`: give
-    /// every slot up and leave the group.)
-    async fn round(&self, leaving: bool) -> Vec<u32> {
+    /// and `apply` records. (`leaving`: give every slot up and leave the
+    /// group.)
+    async fn round(&self, leaving: bool) -> Round {
         let (topic, lease_ttl) = (&self.topic, self.cfg.lease_ttl);
         // A lease counts here for half its time after the renewal was sent;
         // renewals come every quarter and each call may take a quarter at
@@ -311,7 +361,14 @@ impl Keeper {
         // up (and stop its handlers) well before the lease can expire in Redis.
         let (margin, call_limit) = (lease_ttl / 2, lease_ttl / 4);
         let ttl_ms = u64::try_from(lease_ttl.as_millis()).unwrap_or(u64::MAX);
-        let members = heartbeat(topic, &*self.coordinator, &self.member, leaving, call_limit).await;
+        let members = heartbeat(
+            topic,
+            &*self.membership,
+            leaving,
+            call_limit,
+            &self.failing_since,
+        )
+        .await;
         let plans = {
             let mut o = self.own.lock().unwrap_or_else(|p| p.into_inner());
             o.expire(topic.name());
@@ -327,21 +384,30 @@ impl Keeper {
             plan(&mut o, desired.as_ref(), leaving)
         };
         let calls = lease_calls(topic, &plans, &self.member, ttl_ms);
+        let wanted = plans.iter().filter(|(_, p)| *p == Plan::Acquire).count();
+        let failed = Round {
+            acquired: Vec::new(),
+            refused: wanted,
+        };
         let sent_at = Instant::now();
         let replies = match tokio::time::timeout(call_limit, topic.redis().run(calls)).await {
             Ok(Ok(replies)) => replies,
             Ok(Err(e)) => {
                 tracing::warn!(topic = %topic.name(), "renewing slot leases failed: {e}");
-                return Vec::new();
+                return failed;
             }
             Err(_) => {
                 tracing::warn!(topic = %topic.name(), "renewing slot leases timed out");
-                return Vec::new();
+                return failed;
             }
         };
         let mut o = self.own.lock().unwrap_or_else(|p| p.into_inner());
         let answers = replies.into_iter().map(|r| r.ok().map(LeaseAnswer::of));
-        apply(&mut o, plans, answers, sent_at + lease_ttl - margin)
+        let acquired = apply(&mut o, plans, answers, sent_at + lease_ttl - margin);
+        Round {
+            refused: wanted - acquired.len(),
+            acquired,
+        }
     }
 }
 

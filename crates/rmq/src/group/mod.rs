@@ -1,8 +1,8 @@
 //! Serial mode: all messages of one slot are handled one at a time across
 //! every process of a consumer group.
 //!
-//! Members announce themselves with a heartbeat ([`Coordinator`], Redis by
-//! default); each member computes the same assignment of slots to live
+//! Members announce themselves to a [`Coordinator`] (a heartbeat in Redis
+//! by default, or ZooKeeper with `rmq-zk`); each member computes the same assignment of slots to live
 //! members by rendezvous hashing ([`assign`]), so a join or a leave moves
 //! only the slots it must. Owning a slot means holding its **lease**, a hash
 //! in the slot's own hash tag with an owner, an expiry and an **epoch** that
@@ -66,41 +66,123 @@ impl SerialConfig {
     }
 }
 
-/// Who is in a consumer group. Redis is the built-in backend; another
-/// (e.g. ZooKeeper) may implement it. Correctness does not depend on it:
-/// fencing is always checked in Redis by the lease epoch.
-pub trait Coordinator: Send + Sync + 'static {
-    /// Records that `member` is alive (or, with `leaving`, that it left) and
-    /// returns the live members, including `member` unless it is leaving.
-    fn heartbeat<'a>(
-        &'a self,
-        member: &'a str,
-        leaving: bool,
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<String>>> + Send + 'a>>;
+/// What a membership backend may fail with: it is only logged, and a
+/// round whose heartbeat failed keeps the slots it owns and takes nothing new.
+pub type CoordinatorError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A boxed future of a [`Membership`] call.
+pub type CoordinatorFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The consumer group a member joins: where a backend keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupRef {
+    prefix: String,
+    topic: String,
+    group: String,
+    member_timeout: Duration,
 }
 
-/// Membership kept in a Redis hash next to the topic.
-/// Its first heartbeat notes the group in the topic index, so that a
-/// topic delete finds the hash and deletes it too.
+impl GroupRef {
+    /// The topic's key prefix (namespace).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+    /// The topic's name.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+    /// The group's name (checked: 1 to 100 of `A-Z a-z 0-9 _ . -`).
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+    /// How long a silent member stays in the group (the consumer's
+    /// `member_timeout`): a backend with sessions may use it as theirs.
+    pub fn member_timeout(&self) -> Duration {
+        self.member_timeout
+    }
+}
+
+/// A membership backend: where the members of consumer groups announce
+/// themselves. Redis is the built-in one; `rmq-zk` is a ZooKeeper one.
+/// Correctness never depends on it: it only decides which member *tries*
+/// to own which slot, and fencing is always checked in Redis by the lease
+/// epoch.
+pub trait Coordinator: Send + Sync + 'static {
+    /// One member's place in `group`; nothing is sent until its first
+    /// heartbeat.
+    fn join(&self, group: &GroupRef, member: &str) -> Arc<dyn Membership>;
+}
+
+/// One member of one group, as its backend keeps it.
+pub trait Membership: Send + Sync + 'static {
+    /// Records that this member is alive (or, with `leaving`, that it
+    /// left) and returns the live members' ids, including this one unless
+    /// it is leaving or the backend counts it out (e.g. its session
+    /// expired). Called once per lease round; an error makes that round
+    /// keep what it owns and take nothing new.
+    fn heartbeat(
+        &self,
+        leaving: bool,
+    ) -> CoordinatorFuture<'_, Result<Vec<String>, CoordinatorError>>;
+
+    /// Resolves when the members may have changed since the last
+    /// heartbeat, so that the next round runs at once instead of at the
+    /// next tick. The default never resolves: membership is then seen at
+    /// the tick.
+    fn changed(&self) -> CoordinatorFuture<'_, ()> {
+        Box::pin(std::future::pending())
+    }
+}
+
+impl Topic {
+    /// The group `group` of this topic, as a [`Coordinator`] sees it.
+    pub(crate) fn group_ref(&self, group: &str, member_timeout: Duration) -> GroupRef {
+        GroupRef {
+            prefix: self.prefix().to_string(),
+            topic: self.name().to_string(),
+            group: group.to_string(),
+            member_timeout,
+        }
+    }
+}
+
+/// Membership kept in a Redis hash next to the topic, by heartbeats.
 pub(crate) struct RedisCoordinator {
+    topic: Topic,
+}
+
+impl RedisCoordinator {
+    pub(crate) fn new(topic: Topic) -> Self {
+        RedisCoordinator { topic }
+    }
+}
+
+impl Coordinator for RedisCoordinator {
+    fn join(&self, group: &GroupRef, member: &str) -> Arc<dyn Membership> {
+        Arc::new(RedisMembership {
+            key: keys::group_key(group.prefix(), group.topic(), group.group()),
+            field: keys::group_field(group.topic(), group.group()),
+            topic: self.topic.clone(),
+            member: member.to_string(),
+            timeout_ms: group.member_timeout().as_millis().to_string(),
+            noted: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+}
+
+/// One member's heartbeats in the group's Redis hash. Its first heartbeat
+/// notes the group in the topic index, so that a topic delete finds the
+/// hash and deletes it too.
+struct RedisMembership {
     topic: Topic,
     key: String,
     field: String,
+    member: String,
     timeout_ms: String,
     noted: std::sync::atomic::AtomicBool,
 }
 
-impl RedisCoordinator {
-    pub(crate) fn new(topic: Topic, group: &str, timeout: Duration) -> Self {
-        RedisCoordinator {
-            key: keys::group_key(topic.prefix(), topic.name(), group),
-            field: keys::group_field(topic.name(), group),
-            topic,
-            timeout_ms: timeout.as_millis().to_string(),
-            noted: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
+impl RedisMembership {
     async fn note_group(&self) -> Result<()> {
         use std::sync::atomic::Ordering;
         if self.noted.load(Ordering::Relaxed) {
@@ -112,23 +194,24 @@ impl RedisCoordinator {
         self.noted.store(true, Ordering::Relaxed);
         Ok(())
     }
+
+    async fn beat(&self, leaving: bool) -> Result<Vec<String>> {
+        if !leaving {
+            self.note_group().await?;
+        }
+        let (id, cmd) = membership::heartbeat(&self.key, &self.member, leaving, &self.timeout_ms);
+        Ok(membership::members(
+            self.topic.redis().run_one(id, cmd).await?,
+        ))
+    }
 }
 
-impl Coordinator for RedisCoordinator {
-    fn heartbeat<'a>(
-        &'a self,
-        member: &'a str,
+impl Membership for RedisMembership {
+    fn heartbeat(
+        &self,
         leaving: bool,
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<String>>> + Send + 'a>> {
-        Box::pin(async move {
-            if !leaving {
-                self.note_group().await?;
-            }
-            let (id, cmd) = membership::heartbeat(&self.key, member, leaving, &self.timeout_ms);
-            Ok(membership::members(
-                self.topic.redis().run_one(id, cmd).await?,
-            ))
-        })
+    ) -> CoordinatorFuture<'_, Result<Vec<String>, CoordinatorError>> {
+        Box::pin(async move { self.beat(leaving).await.map_err(Into::into) })
     }
 }
 
