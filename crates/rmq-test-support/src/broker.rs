@@ -29,44 +29,59 @@ const STOP_WAIT: Duration = Duration::from_secs(30);
 const OUTPUT: &str = "output.log";
 
 /// One broker process group: how to start it, and the child that leads it.
-struct Broker {
-    name: &'static str,
-    dir: tempfile::TempDir,
-    port: u16,
-    child: Option<Child>,
-    command: Box<dyn Fn(&Path) -> Command + Send + Sync>,
+pub(crate) struct Broker {
+    pub(crate) name: &'static str,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) port: u16,
+    pub(crate) child: Option<Child>,
+    pub(crate) command: Box<dyn Fn(&Path) -> Command + Send + Sync>,
     /// Whether the port answers the way this broker does.
-    ready: fn(u16) -> bool,
+    pub(crate) ready: fn(u16) -> bool,
 }
 
 impl Broker {
-    fn start(&mut self) -> Result<(), String> {
+    /// Starts it and waits until it answers.
+    pub(crate) fn start(&mut self) -> Result<(), String> {
+        self.spawn()?;
+        self.wait_ready()
+    }
+
+    /// Starts the process group, without waiting for it to answer.
+    pub(crate) fn spawn(&mut self) -> Result<(), String> {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.path().join(OUTPUT))
             .map_err(|e| format!("cannot open the {} log: {e}", self.name))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
-        let mut child = (self.command)(self.dir.path())
+        let child = (self.command)(self.dir.path())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
             .process_group(0)
             .spawn()
             .map_err(|e| format!("cannot run {}: {e} (run scripts/ensure-deps.sh)", self.name))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Waits until the port answers the way this broker does; kills it if
+    /// it exits or does not answer within [`STARTUP`].
+    pub(crate) fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + STARTUP;
         loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                self.child = Some(child);
+            let exited = match &mut self.child {
+                Some(c) => c.try_wait().ok().flatten(),
+                None => return Err(format!("{} was not started", self.name)),
+            };
+            if let Some(status) = exited {
                 self.kill();
                 return Err(format!("{} exited early ({status})", self.name));
             }
             if (self.ready)(self.port) {
-                self.child = Some(child);
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                self.child = Some(child);
                 self.kill();
                 return Err(format!("{} not ready after {STARTUP:?}", self.name));
             }
@@ -76,7 +91,7 @@ impl Broker {
 
     /// Signals the group while its leader is ours and unreaped (its PGID
     /// then cannot belong to anyone else), else its members still alive.
-    fn signal(&mut self, signal: &str) {
+    pub(crate) fn signal(&mut self, signal: &str) {
         if let Some(c) = &mut self.child {
             let pgid = c.id();
             if matches!(c.try_wait(), Ok(None)) || !group(pgid).is_empty() {
@@ -86,7 +101,7 @@ impl Broker {
     }
 
     /// SIGKILLs the whole group and reaps the leader.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         self.signal("KILL");
         if let Some(mut c) = self.child.take() {
             let pgid = c.id();
@@ -100,7 +115,7 @@ impl Broker {
 
     /// SIGTERM (a clean shutdown: both brokers flush and close), then a
     /// kill of whatever is left after [`STOP_WAIT`].
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         self.signal("TERM");
         if let Some(c) = &mut self.child {
             let deadline = Instant::now() + STOP_WAIT;
@@ -111,7 +126,7 @@ impl Broker {
         self.kill();
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         tail(self.dir.path(), OUTPUT, 40)
     }
 }
@@ -122,7 +137,7 @@ impl Drop for Broker {
     }
 }
 
-fn new_dir(name: &str) -> tempfile::TempDir {
+pub(crate) fn new_dir(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix(&format!("rmq-{name}-"))
         .tempdir()
@@ -130,7 +145,7 @@ fn new_dir(name: &str) -> tempfile::TempDir {
 }
 
 /// Whether `port` answers with what `hello` expects after `send`.
-fn answers(port: u16, send: &[u8], hello: fn(&[u8]) -> bool) -> bool {
+pub(crate) fn answers(port: u16, send: &[u8], hello: fn(&[u8]) -> bool) -> bool {
     let Ok(mut s) = TcpStream::connect_timeout(
         &(Ipv4Addr::LOCALHOST, port).into(),
         Duration::from_millis(200),

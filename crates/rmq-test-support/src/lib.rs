@@ -34,6 +34,7 @@ pub mod reap;
 mod server;
 mod signal;
 mod spans;
+mod zookeeper;
 
 pub use broker::{NatsServer, RabbitServer};
 pub use builder::RedisServerBuilder;
@@ -42,6 +43,7 @@ pub use port::free_port;
 pub use proxy::Proxy;
 pub use server::RedisServer;
 pub use spans::densest;
+pub use zookeeper::{ZooKeeperEnsemble, ZooKeeperServer};
 
 #[cfg(test)]
 mod tests;
