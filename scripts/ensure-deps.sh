@@ -12,7 +12,10 @@
 # - valgrind (rmq-bench --instructions counts Redis instructions with
 #   callgrind; its smoke test runs it);
 # - nats-server and rabbitmq-server (the forwarder's tests start their own
-#   servers on free loopback ports; the machine's brokers are not used).
+#   servers on free loopback ports; the machine's brokers are not used);
+# - ZooKeeper 3.8 and a Java runtime (package zookeeper: the ZooKeeper
+#   coordinator's tests run /usr/share/java/zookeeper.jar as their own
+#   standalone servers and ensembles; no ZooKeeper service is started).
 # With --demo, only what the demo needs (redis-server).
 # Idempotent and silent when all is present. It never starts a service:
 # tests run their own throwaway servers on free loopback ports.
@@ -29,6 +32,9 @@ else
            nats-server rabbitmq-server)
     # Debian's python3 makes virtualenvs only with python3-venv.
     python3 -c 'import ensurepip, venv' 2>/dev/null || tools+=(python3-venv-missing)
+    # ZooKeeper has no command on the PATH: its jar (and java) tell.
+    [[ -f /usr/share/java/zookeeper.jar ]] && command -v java >/dev/null 2>&1 \
+        || tools+=(zookeeper-missing)
 fi
 
 # The package that brings each tool. Only missing tools' packages are
@@ -40,6 +46,7 @@ declare -A package_of=(
     [chromium]=chromium [python3-venv-missing]=python3-venv
     [valgrind]=valgrind [callgrind_control]=valgrind
     [nats-server]=nats-server [rabbitmq-server]=rabbitmq-server
+    [zookeeper-missing]=zookeeper
 )
 missing=()
 for tool in "${tools[@]}"; do
@@ -69,12 +76,16 @@ if [[ ${#missing[@]} -gt 0 ]]; then
     "${sudo[@]}" apt-get update -qq
     "${sudo[@]}" apt-get install -y -qq "${packages[@]}" >/dev/null
     for tool in "${tools[@]}"; do
-        [[ $tool == python3-venv-missing ]] && continue
+        [[ $tool == python3-venv-missing || $tool == zookeeper-missing ]] && continue
         if ! command -v "$tool" >/dev/null 2>&1; then
             echo "ensure-deps: $tool still missing after install" >&2
             exit 1
         fi
     done
+    if [[ ! -f /usr/share/java/zookeeper.jar ]] && ! $demo; then
+        echo "ensure-deps: /usr/share/java/zookeeper.jar still missing after install" >&2
+        exit 1
+    fi
     echo "ensure-deps: $(redis-server --version)" >&2
 fi
 

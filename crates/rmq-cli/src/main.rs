@@ -197,10 +197,12 @@ fn init_tracing(verbose: u8) {
     let filter = match verbose {
         // The Redis client's own reconnect chatter (a line per node and
         // try while a cluster fails over) and the AMQP client's line per
-        // returned message (rmq forward) only with -v: rmq says what
-        // matters itself, once.
-        0 => EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| EnvFilter::new("warn,redis=error,lapin=error")),
+        // returned message (rmq forward) and the ZooKeeper client's line
+        // per failed reconnect only with -v: rmq says what matters itself,
+        // once.
+        0 => EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+            EnvFilter::new("warn,redis=error,lapin=error,zookeeper_client=error")
+        }),
         1 => EnvFilter::new("info"),
         2 => EnvFilter::new("debug"),
         _ => EnvFilter::new("trace"),

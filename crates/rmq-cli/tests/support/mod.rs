@@ -232,3 +232,4 @@ pub fn scrape(addr: &str) -> Option<String> {
     let get = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     Some(http(addr, get).1)
 }
+pub mod serial;

@@ -44,6 +44,7 @@ use crate::output::{self, Out};
 use crate::reaper::Reaper;
 use crate::{connect, CliError, CliResult, Global};
 
+mod coordinator;
 mod exec;
 mod source;
 use exec::handle_exec;
@@ -90,6 +91,11 @@ pub struct ConsumeArgs {
     /// Serial mode: how long a slot lease lasts unless renewed
     #[arg(long, value_name = "MS", default_value_t = 6000, requires = "serial")]
     pub slot_lease: u64,
+    /// Serial mode: where members meet: `redis` (a heartbeat next to the
+    /// topic), or ZooKeeper as `zk://HOST:PORT[,HOST:PORT...]/ROOT` (its
+    /// session timeout is --member-timeout); fencing stays in Redis
+    #[arg(long, value_name = "URL", default_value = "redis", requires = "serial")]
+    pub coordinator: String,
     /// Several topics: fixed shares instead of adaptive ones (the pool split
     /// by --share-weight, each topic capped at its --share-max)
     #[arg(long)]
@@ -262,7 +268,8 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
         stop: cancel.clone(),
         stdout_closed: AtomicBool::new(false),
     });
-    let mut stream = source::Source::start(&a, topics, cancel.clone());
+    let coordinator = coordinator::open(&a).await?;
+    let mut stream = source::Source::start(&a, topics, coordinator, cancel.clone());
     // Each task ends one delivery (--exec) or one printed batch.
     let mut tasks: JoinSet<Vec<Ended>> = JoinSet::new();
     let mut report = Report::default();

@@ -3,11 +3,13 @@
 //! per-topic limits are logged at `-v` when they change and summed up at
 //! exit.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use rmq::{
-    CancellationToken, Deliveries, Delivery, Pool, PoolDeliveries, PoolLimits, Share, Topic,
+    CancellationToken, Coordinator, Deliveries, Delivery, Pool, PoolDeliveries, PoolLimits, Share,
+    Topic,
 };
 
 use super::ConsumeArgs;
@@ -18,7 +20,13 @@ pub(super) enum Source {
 }
 
 impl Source {
-    pub(super) fn start(a: &ConsumeArgs, topics: Vec<Topic>, cancel: CancellationToken) -> Source {
+    /// `coordinator`: serial mode's membership backend (None: Redis).
+    pub(super) fn start(
+        a: &ConsumeArgs,
+        topics: Vec<Topic>,
+        coordinator: Option<Arc<dyn Coordinator>>,
+        cancel: CancellationToken,
+    ) -> Source {
         let concurrency = usize::from(a.concurrency);
         if let [topic] = topics.as_slice() {
             let mut c = topic.consumer().concurrency(concurrency);
@@ -27,6 +35,9 @@ impl Source {
                     .serial(a.group.clone())
                     .member_timeout(Duration::from_millis(a.member_timeout))
                     .slot_lease(Duration::from_millis(a.slot_lease));
+                if let Some(coordinator) = coordinator {
+                    c = c.coordinator(coordinator);
+                }
             }
             return Source::One(c.stream(cancel));
         }
@@ -56,6 +67,9 @@ impl Source {
                 .serial(a.group.clone())
                 .member_timeout(Duration::from_millis(a.member_timeout))
                 .slot_lease(Duration::from_millis(a.slot_lease));
+            if let Some(coordinator) = coordinator {
+                pool = pool.coordinator(coordinator);
+            }
         }
         let limits = pool.limits();
         tokio::spawn(log_limits(limits.clone(), cancel.clone()));
