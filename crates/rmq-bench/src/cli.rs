@@ -37,6 +37,12 @@ pub(crate) struct Args {
     /// (50,000 messages at scale 1). Ignores --redis, --cluster and --only.
     #[arg(long, conflicts_with = "instructions")]
     pub(crate) forward: bool,
+    /// Measure serial groups coordinated by Redis and by ZooKeeper side by
+    /// side instead (a throwaway ZooKeeper): handover after a graceful stop
+    /// and after a SIGKILL, and the idle load of 8 members over 1,024
+    /// slots on Redis and on ZooKeeper. Ignores --redis, --cluster and --only.
+    #[arg(long, conflicts_with_all = ["instructions", "forward"])]
+    pub(crate) coordination: bool,
     /// Run only the scenarios whose name contains one of these (comma separated);
     /// "NAME PARAMS" (e.g. "consume concurrency=128 batch=64") runs one case.
     #[arg(long, value_delimiter = ',')]

@@ -1,5 +1,7 @@
 //! How long a serial-mode slot handover takes (`handover`): when a member
-//! stops gracefully, and when an `rmq consume` process is SIGKILLed.
+//! stops gracefully, and when an `rmq consume` process is SIGKILLed, with
+//! the members meeting in Redis (the default) or in ZooKeeper
+//! (`--coordination` runs both side by side).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -9,7 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use rmq::{CancellationToken, Client, Message, Outcome, RunReport, Topic, TopicKind, TopicSpec};
+use rmq::{
+    CancellationToken, Client, Coordinator, Message, Outcome, RunReport, Topic, TopicKind,
+    TopicSpec,
+};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
@@ -74,28 +79,76 @@ fn ms(d: Duration) -> f64 {
     round(d.as_secs_f64() * 1e3, 1)
 }
 
+/// Where the members of a serial group meet.
+#[derive(Debug, Clone)]
+pub(crate) enum Coordination {
+    /// Heartbeats in Redis (the default).
+    Redis,
+    /// ZooKeeper at this `zk://` address; a session per member.
+    ZooKeeper(String),
+}
+
+impl Coordination {
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Coordination::Redis => "redis",
+            Coordination::ZooKeeper(_) => "zookeeper",
+        }
+    }
+
+    /// A member's backend (None: Redis, built in); ZooKeeper: a new
+    /// session, as another process would have, timing out like a member.
+    pub(crate) async fn coordinator(
+        &self,
+        member_timeout: Duration,
+    ) -> Result<Option<Arc<dyn Coordinator>>> {
+        match self {
+            Coordination::Redis => Ok(None),
+            Coordination::ZooKeeper(address) => {
+                let zk = rmq_zk::ZooKeeper::connect(address, member_timeout).await?;
+                Ok(Some(Arc::new(zk)))
+            }
+        }
+    }
+
+    /// `rmq consume` flags for it.
+    fn cli_args(&self) -> Vec<String> {
+        match self {
+            Coordination::Redis => Vec::new(),
+            Coordination::ZooKeeper(address) => vec!["--coordinator".into(), address.clone()],
+        }
+    }
+}
+
 /// One serial member of `group` on `topic` that acks everything and records
 /// what it handled.
-fn member(
+async fn member(
     topic: &Topic,
     group: &str,
     seen: Arc<Seen>,
     stop: CancellationToken,
-) -> JoinHandle<rmq::Result<RunReport>> {
-    let b = topic
+    coordination: &Coordination,
+) -> Result<JoinHandle<rmq::Result<RunReport>>> {
+    let mut b = topic
         .consumer()
         .concurrency(16)
         .shutdown_grace(Duration::from_secs(5))
         .serial(group)
         .member_timeout(Duration::from_millis(HO_MS))
         .slot_lease(Duration::from_millis(HO_MS));
-    tokio::spawn(b.run(stop, move |r| {
+    if let Some(c) = coordination
+        .coordinator(Duration::from_millis(HO_MS))
+        .await?
+    {
+        b = b.coordinator(c);
+    }
+    Ok(tokio::spawn(b.run(stop, move |r| {
         let seen = seen.clone();
         async move {
             seen.record(r.slot);
             Outcome::Ack
         }
-    }))
+    })))
 }
 
 /// Sends a message every ~2 ms to a random entity until stopped.
@@ -165,9 +218,10 @@ async fn handover_topic(client: &Client) -> Result<Topic> {
     Ok(client.define_topic(spec).await?)
 }
 
-fn ho_params(case: &str) -> serde_json::Value {
+fn ho_params(case: &str, coordination: &Coordination) -> serde_json::Value {
     json!({
         "case": case,
+        "coordinator": coordination.label(),
         "slots": HO_SLOTS,
         "member_timeout_ms": HO_MS,
         "slot_lease_ms": HO_MS,
@@ -264,7 +318,11 @@ struct Span {
 /// Graceful: member A owns all 16 slots, B joins and takes its share, then
 /// A stops (cancel + `run` returning, which releases its leases). Measures
 /// the time from the cancel until B handled a message in each of A's slots.
-pub(crate) async fn handover_graceful(env: &Env, client: Client) -> Result<Row> {
+pub(crate) async fn handover_graceful(
+    env: &Env,
+    client: Client,
+    coordination: &Coordination,
+) -> Result<Row> {
     let topic = handover_topic(&client).await?;
     let cancel = CancellationToken::new();
     let _guard = cancel.clone().drop_guard();
@@ -274,7 +332,7 @@ pub(crate) async fn handover_graceful(env: &Env, client: Client) -> Result<Row> 
     // A alone until it handled messages of every slot.
     let (a_seen, b_seen) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
     let a_stop = cancel.child_token();
-    let a_run = member(&topic, "h", a_seen.clone(), a_stop.clone());
+    let a_run = member(&topic, "h", a_seen.clone(), a_stop.clone(), coordination).await?;
     let t_a = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -293,7 +351,7 @@ pub(crate) async fn handover_graceful(env: &Env, client: Client) -> Result<Row> 
     // B joins; wait until both handle messages and the split is settled
     // (over the last 0.5 s, disjoint slots covering all 16).
     let b_stop = cancel.child_token();
-    let b_run = member(&topic, "h", b_seen.clone(), b_stop.clone());
+    let b_run = member(&topic, "h", b_seen.clone(), b_stop.clone(), coordination).await?;
     let t_b = Instant::now();
     let settled = loop {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -340,7 +398,7 @@ pub(crate) async fn handover_graceful(env: &Env, client: Client) -> Result<Row> 
     Ok(Row::new(
         "handover",
         TopicKind::FixedTime,
-        ho_params("graceful"),
+        ho_params("graceful", coordination),
         sent,
         secs,
     )
@@ -409,7 +467,12 @@ impl Drop for KillOnDrop {
 /// Crash: member C is an `rmq consume --serial` process, D joins in this
 /// process, then C is SIGKILLed (nothing released). Measures the time from
 /// the kill until D handled a message in every one of the 16 slots.
-pub(crate) async fn handover_crash(env: &Env, client: Client, bin: &Path) -> Result<Row> {
+pub(crate) async fn handover_crash(
+    env: &Env,
+    client: Client,
+    bin: &Path,
+    coordination: &Coordination,
+) -> Result<Row> {
     let topic = handover_topic(&client).await?;
     let cancel = CancellationToken::new();
     let _guard = cancel.clone().drop_guard();
@@ -422,6 +485,7 @@ pub(crate) async fn handover_crash(env: &Env, client: Client, bin: &Path) -> Res
         .args(["consume", HO_TOPIC, "--serial", "--group", "h2"])
         .args(["--member-timeout", &ms_arg, "--slot-lease", &ms_arg])
         .args(["--concurrency", "16"])
+        .args(coordination.cli_args())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -449,7 +513,7 @@ pub(crate) async fn handover_crash(env: &Env, client: Client, bin: &Path) -> Res
     // D joins and takes its share.
     let d_seen = Arc::new(Seen::default());
     let d_stop = cancel.child_token();
-    let d_run = member(&topic, "h2", d_seen.clone(), d_stop.clone());
+    let d_run = member(&topic, "h2", d_seen.clone(), d_stop.clone(), coordination).await?;
     let t_d = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -487,7 +551,7 @@ pub(crate) async fn handover_crash(env: &Env, client: Client, bin: &Path) -> Res
     Ok(Row::new(
         "handover",
         TopicKind::FixedTime,
-        ho_params("crash"),
+        ho_params("crash", coordination),
         sent,
         secs,
     )

@@ -18,6 +18,7 @@ mod bounded;
 mod cli;
 mod consume;
 mod consume_mode;
+mod coordination;
 mod env;
 mod forward;
 mod handover;
@@ -57,6 +58,9 @@ fn main() -> std::process::ExitCode {
     }
     if args.forward {
         return measure_forwarding(scale);
+    }
+    if args.coordination {
+        return measure_coordination(scale, args.smoke);
     }
     // The throwaway server lives until the end of main (dropping it kills it).
     let server = match (&args.redis, args.cluster) {
@@ -150,6 +154,23 @@ fn count_instructions(scale: f64, smoke: bool) -> std::process::ExitCode {
         Ok(_) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rmq-bench --instructions: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--coordination`: Redis and ZooKeeper membership side by side (see
+/// `coordination.rs`).
+fn measure_coordination(scale: f64, smoke: bool) -> std::process::ExitCode {
+    let Some(rt) = runtime() else {
+        return std::process::ExitCode::FAILURE;
+    };
+    let result = rt.block_on(coordination::measure(scale, smoke));
+    rt.shutdown_timeout(Duration::from_secs(5));
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rmq-bench --coordination: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -169,7 +169,7 @@ pub(crate) async fn run_all(env: &Env, only: &[String]) -> Results {
         let kind = TopicKind::FixedTime;
         let id = ("handover", kind, "case=graceful".to_string());
         run_case(env, &mut out, id, handover::HO_BUDGET_MSGS, |cl| {
-            handover::handover_graceful(env, cl)
+            handover::handover_graceful(env, cl, &handover::Coordination::Redis)
         })
         .await;
         let label = "case=crash".to_string();
@@ -177,7 +177,7 @@ pub(crate) async fn run_all(env: &Env, only: &[String]) -> Results {
             Ok(bin) => {
                 let id = ("handover", kind, label);
                 run_case(env, &mut out, id, handover::HO_BUDGET_MSGS, |cl| {
-                    handover::handover_crash(env, cl, &bin)
+                    handover::handover_crash(env, cl, &bin, &handover::Coordination::Redis)
                 })
                 .await;
             }

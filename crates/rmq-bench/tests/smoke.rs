@@ -189,3 +189,64 @@ fn forward_mode_measures_both_brokers_against_their_ceiling() {
         );
     }
 }
+
+/// `--coordination --smoke`: the handover cases and the idle group load,
+/// once with Redis and once with ZooKeeper coordinating, every message
+/// drained, and the load read from both servers.
+#[test]
+fn coordination_mode_measures_redis_and_zookeeper_side_by_side() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rmq-bench"))
+        .args(["--coordination", "--smoke"])
+        .output()
+        .expect("rmq-bench starts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let cases: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} {}",
+                r["scenario"].as_str().unwrap_or_default(),
+                r["params"]["case"].as_str().unwrap_or("-"),
+                r["params"]["coordinator"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    assert_eq!(
+        cases,
+        [
+            "handover graceful redis",
+            "handover crash redis",
+            "handover graceful zookeeper",
+            "handover crash zookeeper",
+            "group_load - redis",
+            "group_load - zookeeper",
+        ],
+        "{stderr}"
+    );
+    for r in &rows {
+        if r["scenario"] == "handover" {
+            assert_eq!(r["drained"], true, "{r}");
+            assert_eq!(r["dead"], 0, "{r}");
+        } else {
+            assert!(
+                r["redis_script_calls_per_s"]
+                    .as_f64()
+                    .is_some_and(|n| n > 0.0),
+                "{r}"
+            );
+        }
+    }
+    let zk_load = &rows[5];
+    assert!(
+        zk_load["zookeeper_requests_per_s"]
+            .as_f64()
+            .is_some_and(|n| n > 0.0),
+        "the ZooKeeper members' sessions reach ZooKeeper: {zk_load}"
+    );
+}
