@@ -360,12 +360,18 @@ impl Keeper {
         // most, so a slow or cut-off Redis makes this consumer give the slot
         // up (and stop its handlers) well before the lease can expire in Redis.
         let (margin, call_limit) = (lease_ttl / 2, lease_ttl / 4);
+        // The heartbeat gets a smaller share, so that a backend that hangs
+        // (connected but silent) still leaves time for the renewals before
+        // the leases' local validity runs out.
+        let heartbeat_limit = (lease_ttl / 8)
+            .max(Duration::from_millis(100))
+            .min(call_limit);
         let ttl_ms = u64::try_from(lease_ttl.as_millis()).unwrap_or(u64::MAX);
         let members = heartbeat(
             topic,
             &*self.membership,
             leaving,
-            call_limit,
+            heartbeat_limit,
             &self.failing_since,
         )
         .await;
