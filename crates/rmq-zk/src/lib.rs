@@ -60,6 +60,10 @@ pub enum ZkError {
     /// The session is between servers: membership is unknown for now.
     #[error("disconnected from ZooKeeper")]
     Disconnected,
+    /// The session ended (expired, or no server for 1.4 session timeouts)
+    /// and a new one is not open yet.
+    #[error("the ZooKeeper session ended; opening a new one")]
+    SessionEnded,
     /// ZooKeeper refused or failed a call.
     #[error("ZooKeeper: {0}")]
     ZooKeeper(#[from] zookeeper_client::Error),

@@ -5,12 +5,13 @@
 //! instead of at the next tick.
 //!
 //! A heartbeat costs nothing on the wire while the session is connected
-//! and the watch has not fired: the children are cached. When the session
-//! is disconnected the heartbeat fails (the consumer keeps the slots whose
-//! leases it still holds in Redis and takes nothing new); when it expired
-//! the member counts itself out for one round (it gives its idle slots
-//! up, as its group already did without it) and rejoins with a new session
-//! at the next.
+//! and the watch has not fired: the children are cached. While the
+//! session is disconnected, or ended (expired, or given up by the client
+//! after 1.4 timeouts without a server) and a new one is being opened,
+//! the heartbeat fails: the consumer keeps the slots whose leases it still
+//! holds in Redis and takes nothing new. Once a new session exists the
+//! member joins again with a new znode (its id stays the same, so a znode
+//! of the old session that the server has not yet expired counts once).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -63,15 +64,12 @@ impl ZkMembership {
 
     async fn beat(&self, leaving: bool) -> Result<Vec<String>, ZkError> {
         let mut state = self.state.lock().await;
-        let mut client = self.session.current().await;
+        let client = self.session.current();
         if leaving {
-            if let Some((_, path)) = state.joined.take() {
-                if liveness(&client) != Liveness::Ended {
-                    match client.delete(&path, None).await {
-                        Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
+            state.joined = None;
+            state.members = None;
+            if liveness(&client) == Liveness::Connected {
+                self.delete_mine(&client).await?;
             }
             return Ok(Vec::new());
         }
@@ -80,13 +78,13 @@ impl ZkMembership {
             Liveness::Disconnected => return Err(ZkError::Disconnected),
             Liveness::Ended => {
                 if state.joined.take().is_some() {
-                    // Out until it rejoins: the others already rebalanced.
                     tracing::warn!(group = %self.dir, member = %self.member,
-                        "ZooKeeper session expired: out of the group until it rejoins");
+                        "ZooKeeper session expired: keeping the slots whose leases are held, \
+                         taking no new one until joined again with a new session");
                     state.members = None;
-                    return Ok(Vec::new());
                 }
-                client = self.session.renew(&client).await?;
+                self.session.renew(&client);
+                return Err(ZkError::SessionEnded);
             }
         }
         let session = client.session_id();
@@ -106,11 +104,35 @@ impl ZkMembership {
             Ok(m) => m,
             Err(e) => {
                 self.stale.store(true, Ordering::SeqCst);
+                if matches!(e, ZkError::ZooKeeper(zookeeper_client::Error::NoNode)) {
+                    // The group's directory was deleted: join again.
+                    state.joined = None;
+                }
                 return Err(e);
             }
         };
         state.members = Some(members.clone());
         Ok(members)
+    }
+
+    /// Deletes every znode of this member in the group: the recorded one,
+    /// and any that a create whose answer was lost (a timeout, a dropped
+    /// connection) made meanwhile.
+    async fn delete_mine(&self, client: &Client) -> Result<(), ZkError> {
+        let children = match client.list_children(&self.dir).await {
+            Ok(c) => c,
+            Err(zookeeper_client::Error::NoNode) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        for child in children {
+            if member_of(&child) == Some(self.member.as_str()) {
+                match client.delete(&format!("{}/{child}", self.dir), None).await {
+                    Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Creates the group's directories if needed, then this member's znode.
@@ -145,13 +167,18 @@ impl ZkMembership {
 fn members(children: &[String]) -> Vec<String> {
     let mut ids: Vec<String> = children
         .iter()
-        .filter_map(|c| c.rsplit_once('-'))
-        .filter(|(id, seq)| !id.is_empty() && seq.bytes().all(|b| b.is_ascii_digit()))
-        .map(|(id, _)| id.to_string())
+        .filter_map(|c| member_of(c))
+        .map(str::to_string)
         .collect();
     ids.sort();
     ids.dedup();
     ids
+}
+
+/// The member id of a child `<member>-<sequence>` (None for anything else).
+fn member_of(child: &str) -> Option<&str> {
+    let (id, seq) = child.rsplit_once('-')?;
+    (!id.is_empty() && !seq.is_empty() && seq.bytes().all(|b| b.is_ascii_digit())).then_some(id)
 }
 
 impl Membership for ZkMembership {

@@ -1,13 +1,15 @@
 //! The process's one ZooKeeper session, shared by every member it runs.
 //!
-//! A session that expired (ZooKeeper heard nothing from it for its
-//! timeout, so it deleted its ephemeral znodes: every member of this
-//! process left its groups) cannot be revived; the next member that needs
-//! one opens a new session, once, for all of them.
+//! A session that ended (expired: ZooKeeper heard nothing from it for its
+//! timeout and deleted its ephemeral znodes; or given up by the client
+//! after 1.4 timeouts without a server) cannot be revived. A new one is
+//! opened in the background, one attempt at a time, so that no member's
+//! heartbeat waits for it (a heartbeat has a fraction of a lease to run).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::Mutex;
 use zookeeper_client::{Client, SessionState};
 
 use crate::{ZkAddress, ZkError};
@@ -31,10 +33,15 @@ pub(crate) fn liveness(client: &Client) -> Liveness {
     }
 }
 
+/// Pause between two failed attempts at a new session.
+const RENEW_PAUSE: Duration = Duration::from_millis(500);
+
 pub(crate) struct Session {
     address: ZkAddress,
     timeout: Duration,
     client: Mutex<Client>,
+    /// A new session is being opened.
+    renewing: AtomicBool,
 }
 
 impl Session {
@@ -45,6 +52,7 @@ impl Session {
             address,
             timeout,
             client: Mutex::new(client),
+            renewing: AtomicBool::new(false),
         })
     }
 
@@ -53,25 +61,49 @@ impl Session {
     }
 
     /// The current session's client (maybe ended: see [`liveness`]).
-    pub(crate) async fn current(&self) -> Client {
-        self.client.lock().await.clone()
+    pub(crate) fn current(&self) -> Client {
+        self.client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
-    /// A new session in place of `ended`, unless another member already
-    /// replaced it.
-    pub(crate) async fn renew(&self, ended: &Client) -> Result<Client, ZkError> {
-        let mut current = self.client.lock().await;
-        if current.session_id() != ended.session_id() {
-            return Ok(current.clone());
+    /// Starts opening a new session in place of `ended` in the background,
+    /// unless one is being opened or `ended` was already replaced.
+    pub(crate) fn renew(self: &Arc<Self>, ended: &Client) {
+        if self.current().session_id() != ended.session_id()
+            || self.renewing.swap(true, Ordering::SeqCst)
+        {
+            return;
         }
-        let fresh = connect(&self.address, self.timeout).await?;
-        tracing::info!(
-            zookeeper = %self.address,
-            session = %fresh.session_id(),
-            "new ZooKeeper session"
-        );
-        *current = fresh.clone();
-        Ok(fresh)
+        let session = self.clone();
+        tokio::spawn(async move {
+            loop {
+                match connect(&session.address, session.timeout).await {
+                    Ok(fresh) => {
+                        tracing::warn!(
+                            zookeeper = %session.address,
+                            session = %fresh.session_id(),
+                            "new ZooKeeper session"
+                        );
+                        *session
+                            .client
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner) = fresh;
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::debug!("no new ZooKeeper session yet: {e}");
+                        // Nobody needs one any more: the consumers ended.
+                        if Arc::strong_count(&session) == 1 {
+                            break;
+                        }
+                        tokio::time::sleep(RENEW_PAUSE).await;
+                    }
+                }
+            }
+            session.renewing.store(false, Ordering::SeqCst);
+        });
     }
 }
 

@@ -29,14 +29,21 @@ async fn topic(redis: &RedisServer) -> Topic {
 
 /// A member with a ZooKeeper session of its own, as a process would have.
 async fn member(topic: &Topic, address: &str) -> Deliveries {
-    let zk = ZooKeeper::connect(address, Duration::from_secs(10))
-        .await
-        .unwrap();
+    member_with(topic, address, Duration::from_secs(10), LONG).await
+}
+
+async fn member_with(
+    topic: &Topic,
+    address: &str,
+    session: Duration,
+    lease: Duration,
+) -> Deliveries {
+    let zk = ZooKeeper::connect(address, session).await.unwrap();
     topic
         .consumer()
         .serial("g")
-        .member_timeout(LONG)
-        .slot_lease(LONG)
+        .member_timeout(session)
+        .slot_lease(lease)
         .coordinator(Arc::new(zk))
         .stream(CancellationToken::new())
 }
@@ -100,7 +107,8 @@ async fn joins_and_graceful_leaves_hand_slots_over_at_once_through_the_watch() {
 }
 
 /// The number of ephemeral znodes ZooKeeper holds, from `mntr` (the
-/// members are the only ephemerals of these tests).
+/// members are the only ephemerals of these tests; a session the server
+/// has not expired yet still counts its own).
 fn member_znodes(zk: &ZooKeeperServer) -> usize {
     zk.monitor()
         .get("zk_ephemerals_count")
@@ -132,4 +140,49 @@ async fn an_unreachable_ensemble_is_a_clear_error_at_start() {
         .await
         .unwrap_err();
     assert!(matches!(bad, ZkError::BadAddress(_)), "{bad}");
+}
+
+#[tokio::test]
+async fn members_keep_their_slots_through_a_zookeeper_outage_longer_than_their_session() {
+    // Sessions of 1 s: after 1.4 s without a server the client gives the
+    // session up. The members must still keep the slots whose leases they
+    // hold (renewed in Redis), take nothing new, and join again with new
+    // sessions once ZooKeeper is back.
+    let (redis, mut zk) = (RedisServer::start(), ZooKeeperServer::start());
+    let topic = topic(&redis).await;
+    let address = zk.address("rmq");
+    let (session, lease) = (Duration::from_secs(1), Duration::from_millis(800));
+    let a = member_with(&topic, &address, session, lease).await;
+    let b = member_with(&topic, &address, session, lease).await;
+    let split = until(&topic, |o| o.len() == 2 && o.values().sum::<usize>() == 16).await;
+    assert!(split.is_some(), "two members split the slots");
+    let before = owners(&topic).await;
+
+    zk.kill();
+    for _ in 0..8 {
+        // 4 s: well past 1.4 sessions and 5 leases.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            owners(&topic).await,
+            before,
+            "the members keep their slots while ZooKeeper is down"
+        );
+    }
+    zk.restart();
+    // The old sessions come back with the server and expire 1 s later
+    // (their znodes with them); the members' new sessions stay.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let rejoined = {
+        let start = Instant::now();
+        loop {
+            if member_znodes(&zk) == 2 || start.elapsed() > Duration::from_secs(20) {
+                break member_znodes(&zk);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    assert_eq!(rejoined, 2, "both members joined again");
+    assert_eq!(owners(&topic).await, before, "and kept their slots");
+    a.close().await;
+    b.close().await;
 }
