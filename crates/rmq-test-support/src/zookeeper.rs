@@ -22,6 +22,10 @@ use crate::broker::{new_dir, Broker};
 use crate::port::free_port;
 
 const JAR: &str = "/usr/share/java/zookeeper.jar";
+/// Debian's ZooKeeper has no logging binding (it logs nothing); with this
+/// one (package libslf4j-java, which it depends on) it logs to its output
+/// file, which a failed start prints.
+const LOGGER: &str = "/usr/share/java/slf4j-simple.jar";
 const CONF_DIR: &str = "/etc/zookeeper/conf";
 const STANDALONE_MAIN: &str = "org.apache.zookeeper.server.ZooKeeperServerMain";
 const QUORUM_MAIN: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
@@ -84,14 +88,20 @@ fn config(dir: &Path, port: u16, peers: &[(u16, u16)]) -> String {
 }
 
 fn java(dir: &Path, main: &str) -> Command {
+    let mut classpath = format!("{CONF_DIR}:{JAR}");
+    if Path::new(LOGGER).exists() {
+        classpath.push(':');
+        classpath.push_str(LOGGER);
+    }
     let mut c = Command::new("java");
     c.args([
         "-Xmx128m",
         "-XX:+UseSerialGC",
         "-XX:TieredStopAtLevel=1",
         "-Dzookeeper.admin.enableServer=false",
+        "-Dorg.slf4j.simpleLogger.showDateTime=true",
         "-cp",
-        &format!("{CONF_DIR}:{JAR}"),
+        &classpath,
         main,
     ])
     .arg(dir.join("zoo.cfg"));
@@ -207,27 +217,35 @@ pub struct ZooKeeperEnsemble {
 
 impl ZooKeeperEnsemble {
     /// Starts three servers and waits until each serves (a leader was
-    /// elected and the followers synced).
+    /// elected and the followers synced), retrying on ports taken meanwhile.
     ///
     /// # Panics
     ///
     /// Panics if the quorum does not form.
     pub fn start() -> ZooKeeperEnsemble {
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Self::try_start() {
+                Ok(e) => return e,
+                Err(e) => last = e,
+            }
+        }
+        panic!("the ZooKeeper ensemble did not form: {last}");
+    }
+
+    fn try_start() -> Result<ZooKeeperEnsemble, String> {
         let peers: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
         let mut servers: Vec<Broker> = (0..3)
             .map(|i| server("zookeeper-ensemble", free_port(), &peers, i + 1))
             .collect();
         for s in &mut servers {
-            if let Err(e) = s.spawn() {
-                panic!("cannot start a ZooKeeper server: {e}");
-            }
+            s.spawn()?;
         }
         for s in &mut servers {
-            if let Err(e) = s.wait_ready() {
-                panic!("the ZooKeeper ensemble did not form: {e}\n{}", s.log());
-            }
+            // Dropping `servers` on an error stops every one of them.
+            s.wait_ready().map_err(|e| format!("{e}\n{}", s.log()))?;
         }
-        ZooKeeperEnsemble { servers }
+        Ok(ZooKeeperEnsemble { servers })
     }
 
     /// `127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`.
