@@ -188,37 +188,3 @@ async fn a_parallel_consumer_sleeps_while_a_serial_owner_leases_the_slot() {
     d.ack().await.unwrap();
     stop.cancel();
 }
-
-/// Script calls so far, summed over every node.
-async fn calls(backend: &Backend) -> u64 {
-    let urls = match backend {
-        Backend::Single(s) => vec![s.url()],
-        Backend::Cluster(c) => c.urls(),
-    };
-    let mut total = 0;
-    for url in urls {
-        total += calls_on(&url).await;
-    }
-    total
-}
-
-async fn calls_on(url: &str) -> u64 {
-    let client = redis::Client::open(url).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_fcall:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}

@@ -313,3 +313,80 @@ async fn the_groups_view_shows_each_member_and_the_slots_it_owns() {
     assert!(after.groups[0].members.is_empty(), "{after:?}");
     assert!(after.leases.iter().all(|l| l.owner.is_none()));
 }
+
+/// A membership backend for the test: every member sees itself among
+/// seven members that never hold a lease, so it owns about an eighth of
+/// the slots.
+struct AmongGhosts;
+
+impl rmq::Coordinator for AmongGhosts {
+    fn join(&self, _group: &rmq::GroupRef, member: &str) -> Arc<dyn rmq::Membership> {
+        let mut members: Vec<String> = (0..7).map(|i| format!("ghost-{i}")).collect();
+        members.push(member.to_string());
+        Arc::new(Fixed(members))
+    }
+}
+
+struct Fixed(Vec<String>);
+
+impl rmq::Membership for Fixed {
+    fn heartbeat(
+        &self,
+        _leaving: bool,
+    ) -> rmq::CoordinatorFuture<'_, Result<Vec<String>, rmq::CoordinatorError>> {
+        let members = self.0.clone();
+        Box::pin(async move { Ok(members) })
+    }
+}
+
+#[tokio::test]
+async fn an_idle_serial_member_looks_only_at_the_slots_it_owns() {
+    // 1,024 slots, a member that owns ~128 of them, a safety-net rescan
+    // every 500 ms and a lease round every 5 s: over 3 s its rescans may
+    // look at its own slots (~6 × 128 calls) and renew them once, never at
+    // the ~900 slots it cannot take from.
+    let (server, _c, topic) = setup(TopicKind::FixedTime, 1024).await;
+    let stop = CancellationToken::new();
+    let lease = Duration::from_secs(20);
+    let _s = topic
+        .consumer()
+        .rescan(Duration::from_millis(500))
+        .serial("g")
+        .member_timeout(lease)
+        .slot_lease(lease)
+        .coordinator(Arc::new(AmongGhosts))
+        .stream(stop.clone());
+    let owned = eventually_owned(&topic).await;
+    assert!((60..=200).contains(&owned), "owns about an eighth: {owned}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = calls(&server).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = calls(&server).await - before;
+    let budget = 8 * owned as u64 + 2 * owned as u64;
+    assert!(
+        idle <= budget,
+        "{idle} script calls in 3 s of idling while owning {owned} slots (budget {budget})"
+    );
+    stop.cancel();
+}
+
+/// The number of slots whose lease is held, once it stops growing.
+async fn eventually_owned(topic: &rmq::Topic) -> usize {
+    let mut last = 0;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let held = topic
+            .serial_groups()
+            .await
+            .unwrap()
+            .leases
+            .iter()
+            .filter(|l| l.owner.is_some())
+            .count();
+        if held > 0 && held == last {
+            return held;
+        }
+        last = held;
+    }
+    last
+}

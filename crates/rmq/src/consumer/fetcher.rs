@@ -300,7 +300,18 @@ impl Fetcher {
                 self.shared.lock().mark_all();
                 self.last_rescan = Instant::now();
             }
-            let unknown = self.shared.lock().unknown();
+            // Serial mode: only the slots this member may take from. The
+            // others' owners look at theirs; a slot acquired later is still
+            // unknown here, so it is looked at then.
+            let allowed = self
+                .shared
+                .ownership
+                .as_ref()
+                .map(|o| self.shared.own(o).takeable());
+            let mut unknown = self.shared.lock().unknown();
+            if let Some(a) = &allowed {
+                unknown.retain(|slot| a.contains(slot));
+            }
             if !unknown.is_empty() && !survey(&self.topic, &self.shared, &unknown).await {
                 if !self.back_off().await {
                     return None;
@@ -312,11 +323,6 @@ impl Fetcher {
             } else {
                 FANOUT
             };
-            let allowed = self
-                .shared
-                .ownership
-                .as_ref()
-                .map(|o| self.shared.own(o).takeable());
             let (ready, wait) = {
                 let s = self.shared.lock();
                 (
