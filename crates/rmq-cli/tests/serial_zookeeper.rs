@@ -146,9 +146,23 @@ fn the_zookeeper_leader_killed_under_traffic_loses_nothing() {
 }
 
 #[test]
-fn zookeeper_down_past_the_sessions_keeps_the_owned_slots_going_and_loses_nothing() {
-    // Sessions of 1 s: after 1.4 s without a server the client gives them
-    // up. The members keep the slots whose leases they hold all the same.
+fn zookeeper_killed_past_the_sessions_keeps_the_owned_slots_going_and_loses_nothing() {
+    outage_keeps_the_owned_slots_going(ZooKeeperServer::kill, ZooKeeperServer::restart);
+}
+
+#[test]
+fn zookeeper_frozen_past_the_sessions_keeps_the_owned_slots_going_and_loses_nothing() {
+    // SIGSTOP: connections stay open and nothing answers.
+    outage_keeps_the_owned_slots_going(ZooKeeperServer::pause, ZooKeeperServer::resume);
+}
+
+/// Sessions of 1 s: after 1.4 s without an answer the client gives them
+/// up. The members keep the slots whose leases they hold all the same,
+/// and every message is handled once, in order.
+fn outage_keeps_the_owned_slots_going(
+    stop: fn(&mut ZooKeeperServer),
+    back: fn(&mut ZooKeeperServer),
+) {
     let mut zk = ZooKeeperServer::start();
     let g = zk_group(&zk.address("rmq"), 1_000, 800);
     let members: Vec<Child> = (0..2).map(|_| g.consumer()).collect();
@@ -158,17 +172,17 @@ fn zookeeper_down_past_the_sessions_keeps_the_owned_slots_going_and_loses_nothin
         "both members joined through ZooKeeper and consumption started"
     );
     std::thread::sleep(Duration::from_millis(500));
-    zk.kill();
+    stop(&mut zk);
     // Past 1.4 sessions, the members still handle their slots' messages,
     // which come due meanwhile.
     std::thread::sleep(Duration::from_millis(1_600));
     let late = g.acked();
     std::thread::sleep(Duration::from_millis(1_500));
     let went_on = g.acked() - late;
-    zk.restart();
+    back(&mut zk);
     assert!(
         went_on > 0,
-        "owned slots should go on while ZooKeeper is down past the sessions"
+        "owned slots should go on while ZooKeeper does not answer, past the sessions"
     );
     g.wait_all_acked();
     stop_all(members);
