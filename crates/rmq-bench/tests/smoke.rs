@@ -122,17 +122,7 @@ fn smoke_run_prints_json_for_every_scenario() {
 /// the server under valgrind stopped at the end.
 #[test]
 fn instructions_mode_counts_redis_work_per_phase() {
-    let out = Command::new(env!("CARGO_BIN_EXE_rmq-bench"))
-        .args(["--instructions", "--smoke"])
-        .output()
-        .expect("rmq-bench starts");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let rows: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let (rows, stderr) = smoke_rows("--instructions");
     let phases: Vec<&str> = rows
         .iter()
         .map(|r| r["params"]["phase"].as_str().unwrap_or_default())
@@ -161,17 +151,7 @@ fn instructions_mode_counts_redis_work_per_phase() {
 /// and lateness percentiles each, one JSON line per broker).
 #[test]
 fn forward_mode_measures_both_brokers_against_their_ceiling() {
-    let out = Command::new(env!("CARGO_BIN_EXE_rmq-bench"))
-        .args(["--forward", "--smoke"])
-        .output()
-        .expect("rmq-bench starts");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let rows: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let (rows, stderr) = smoke_rows("--forward");
     let brokers: Vec<&str> = rows
         .iter()
         .map(|r| r["broker"].as_str().unwrap_or_default())
@@ -195,17 +175,7 @@ fn forward_mode_measures_both_brokers_against_their_ceiling() {
 /// drained, and the load read from both servers.
 #[test]
 fn coordination_mode_measures_redis_and_zookeeper_side_by_side() {
-    let out = Command::new(env!("CARGO_BIN_EXE_rmq-bench"))
-        .args(["--coordination", "--smoke"])
-        .output()
-        .expect("rmq-bench starts");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let rows: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let (rows, stderr) = smoke_rows("--coordination");
     let cases: Vec<String> = rows
         .iter()
         .map(|r| {
@@ -249,4 +219,21 @@ fn coordination_mode_measures_redis_and_zookeeper_side_by_side() {
             .is_some_and(|n| n > 0.0),
         "the ZooKeeper members' sessions reach ZooKeeper: {zk_load}"
     );
+}
+
+/// Runs `rmq-bench MODE --smoke`, asserts it succeeded, and returns its
+/// JSON lines and what it said on stderr.
+fn smoke_rows(mode: &str) -> (Vec<serde_json::Value>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rmq-bench"))
+        .args([mode, "--smoke"])
+        .output()
+        .expect("rmq-bench starts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let rows = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    (rows, stderr)
 }
