@@ -390,3 +390,113 @@ async fn eventually_owned(topic: &rmq::Topic) -> usize {
     }
     last
 }
+
+#[tokio::test]
+async fn an_idle_member_renews_its_leases_in_one_call_per_round_on_one_node() {
+    // ~128 leases, a round every 500 ms, no rescan in the window, no
+    // membership call (the ghosts' backend answers from memory): on one
+    // node each round is one call whatever the slot count; on a cluster
+    // one call per lease (a call may touch one hash slot only).
+    let (server, _c, topic) = setup(TopicKind::FixedTime, 1024).await;
+    let stop = CancellationToken::new();
+    let lease = Duration::from_secs(2);
+    let _s = topic
+        .consumer()
+        .rescan(Duration::from_secs(60))
+        .serial("g")
+        .member_timeout(lease)
+        .slot_lease(lease)
+        .coordinator(Arc::new(AmongGhosts))
+        .stream(stop.clone());
+    let owned = eventually_owned(&topic).await as u64;
+    assert!(owned > 60, "owns about an eighth: {owned}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = calls(&server).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = calls(&server).await - before;
+    let (least, most) = match server {
+        // About 5 rounds in 3 s (fewer on a loaded machine).
+        Backend::Single(_) => (2, 8),
+        Backend::Cluster(_) => (2 * owned, 8 * owned),
+    };
+    assert!(
+        (least..=most).contains(&idle),
+        "{idle} script calls in 3 s of renewing {owned} leases (expected {least}..={most})"
+    );
+    assert_eq!(
+        eventually_owned(&topic).await as u64,
+        owned,
+        "every lease still held"
+    );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_renewal_refused_for_one_slot_loses_that_slot_and_keeps_the_others() {
+    let (server, _c, topic) = setup(TopicKind::Priority, 8).await;
+    let stop = CancellationToken::new();
+    let lease = Duration::from_millis(1_000);
+    let mut s = topic
+        .consumer()
+        .concurrency(8)
+        .serial("g")
+        .member_timeout(lease)
+        .slot_lease(lease)
+        .stream(stop.clone());
+    assert_eq!(eventually_owned(&topic).await, 8, "one member owns all");
+    // Another owner takes slot `stolen` at a newer epoch (as after a lease
+    // that ran out while this member was frozen), for a minute.
+    let stolen = 3u32;
+    let epoch = topic.serial_groups().await.unwrap().leases[stolen as usize].epoch;
+    let lease_key = topic.keys_of_slot(stolen).pop().unwrap();
+    let until = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 60_000)
+        .to_string();
+    raw(
+        &server,
+        &[
+            "HSET",
+            &lease_key,
+            "owner",
+            "thief",
+            "epoch",
+            &(epoch + 1).to_string(),
+            "until",
+            &until,
+        ],
+    )
+    .await;
+    // Within two rounds the member's renewal of that slot is refused, and
+    // only that one: a message there waits, the others are delivered.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let basis = |slot: u32| {
+        (0..)
+            .map(|i| format!("e{i}"))
+            .find(|b| rmq::slot_of(b.as_bytes(), 8) == slot)
+            .unwrap()
+    };
+    for slot in 0..8 {
+        topic
+            .send(Message::new(format!("s{slot}")).slot_basis(basis(slot)))
+            .await
+            .unwrap();
+    }
+    let mut got = Vec::new();
+    while let Some(d) = next(&mut s, 3).await {
+        got.push(d.slot);
+        d.ack().await.unwrap();
+    }
+    got.sort();
+    assert_eq!(got, vec![0, 1, 2, 4, 5, 6, 7], "all but the stolen slot");
+    let leases = topic.serial_groups().await.unwrap().leases;
+    assert_eq!(leases[stolen as usize].owner.as_deref(), Some("thief"));
+    assert_eq!(
+        leases.iter().filter(|l| l.owner.is_some()).count(),
+        8,
+        "the member still holds the other seven"
+    );
+    stop.cancel();
+}

@@ -16,8 +16,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::calls::LeaseCalls;
 use super::{assign, Fence, Membership, SerialConfig, SlotEvents};
-use crate::scripts::lease::{LeaseAnswer, LeaseOp, LeaseRequest};
+use crate::scripts::lease::LeaseAnswer;
 use crate::topic::Topic;
 
 /// One owned slot.
@@ -103,7 +104,7 @@ impl Ownership {
 
 /// What to do with one slot's lease this round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Plan {
+pub(super) enum Plan {
     Acquire,
     Renew(u64),
     Release(u64),
@@ -237,33 +238,6 @@ async fn heartbeat(
     None
 }
 
-/// The lease calls of a round's plans, in the same order.
-fn lease_calls(
-    topic: &Topic,
-    plans: &[(u32, Plan)],
-    member: &str,
-    ttl_ms: u64,
-) -> Vec<(crate::scripts::ScriptId, redis::Cmd)> {
-    plans
-        .iter()
-        .map(|&(slot, p)| {
-            let (op, epoch) = match p {
-                Plan::Acquire => (LeaseOp::Acquire, 0),
-                Plan::Renew(e) => (LeaseOp::Renew, e),
-                Plan::Release(e) => (LeaseOp::Release, e),
-            };
-            LeaseRequest {
-                keys: &topic.slot_keys(slot),
-                op,
-                owner: member,
-                epoch,
-                ttl_ms,
-            }
-            .call()
-        })
-        .collect()
-}
-
 /// Runs until `stop` fires, then releases every lease and leaves the group.
 /// A round runs every tick, and at once when the membership backend says
 /// the members changed.
@@ -389,7 +363,9 @@ impl Keeper {
             };
             plan(&mut o, desired.as_ref(), leaving)
         };
-        let calls = lease_calls(topic, &plans, &self.member, ttl_ms);
+        let one_node = !topic.redis().is_cluster();
+        let mut lease_calls = LeaseCalls::new(topic, &plans, &self.member, ttl_ms, one_node);
+        let calls = std::mem::take(&mut lease_calls.calls);
         let wanted = plans.iter().filter(|(_, p)| *p == Plan::Acquire).count();
         let failed = Round {
             acquired: Vec::new(),
@@ -408,7 +384,7 @@ impl Keeper {
             }
         };
         let mut o = self.own.lock().unwrap_or_else(|p| p.into_inner());
-        let answers = replies.into_iter().map(|r| r.ok().map(LeaseAnswer::of));
+        let answers = lease_calls.answers(replies);
         let acquired = apply(&mut o, plans, answers, sent_at + lease_ttl - margin);
         Round {
             refused: wanted - acquired.len(),

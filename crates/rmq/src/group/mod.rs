@@ -13,6 +13,7 @@
 //! never depends on it.
 
 mod assign;
+mod calls;
 mod claim;
 mod lease;
 

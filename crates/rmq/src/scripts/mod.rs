@@ -20,6 +20,7 @@ pub(crate) mod membership;
 pub(crate) mod pop;
 pub(crate) mod rate;
 pub(crate) mod registry;
+pub(crate) mod renew;
 pub(crate) mod room;
 pub(crate) mod send;
 pub(crate) mod settle;
@@ -76,6 +77,7 @@ pub(crate) enum ScriptId {
     DeadPurge,
     DefineTopic,
     Lease,
+    Renew,
     Membership,
     Get,
     Cancel,
@@ -90,7 +92,7 @@ pub(crate) enum ScriptId {
 }
 
 impl ScriptId {
-    pub(crate) const ALL: [ScriptId; 21] = [
+    pub(crate) const ALL: [ScriptId; 22] = [
         ScriptId::Send,
         ScriptId::Pop,
         ScriptId::Settle,
@@ -101,6 +103,7 @@ impl ScriptId {
         ScriptId::DeadPurge,
         ScriptId::DefineTopic,
         ScriptId::Lease,
+        ScriptId::Renew,
         ScriptId::Membership,
         ScriptId::Get,
         ScriptId::Cancel,
@@ -130,6 +133,7 @@ impl ScriptId {
             ScriptId::DefineTopic => ("#!lua", include_str!("lua/define_topic.lua")),
             // Renewing and releasing leases must work at maxmemory.
             ScriptId::Lease => ("#!lua flags=allow-oom", include_str!("lua/lease.lua")),
+            ScriptId::Renew => ("#!lua flags=allow-oom", include_str!("lua/renew.lua")),
             ScriptId::Membership => ("#!lua flags=allow-oom", include_str!("lua/membership.lua")),
             ScriptId::Get => ("#!lua flags=no-writes", include_str!("lua/get.lua")),
             // Cancelling frees memory; pausing is what an operator does when
@@ -168,6 +172,7 @@ impl ScriptId {
             ScriptId::DeadPurge => "dead_purge",
             ScriptId::DefineTopic => "define_topic",
             ScriptId::Lease => "lease",
+            ScriptId::Renew => "renew",
             ScriptId::Membership => "membership",
             ScriptId::Get => "get",
             ScriptId::Cancel => "cancel",
@@ -332,6 +337,12 @@ fn call(id: ScriptId, keys: &[String], args: &[&[u8]]) -> redis::Cmd {
         one_hash_slot(keys),
         "{id:?} called with keys of several cluster slots: {keys:?}"
     );
+    call_on_one_node(id, keys, args)
+}
+
+/// A call whose keys may span hash slots: for a single node only (a
+/// cluster would refuse it with CROSSSLOT).
+fn call_on_one_node(id: ScriptId, keys: &[String], args: &[&[u8]]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(&get(id).sha).arg(keys.len()).arg(keys);
     for a in args {
@@ -395,6 +406,7 @@ mod tests {
                     id,
                     ScriptId::DefineTopic
                         | ScriptId::Membership
+                        | ScriptId::Renew
                         | ScriptId::ReplaceTopic
                         | ScriptId::Groups
                         | ScriptId::Rate
