@@ -6,7 +6,7 @@
 //!   interleaved (Redis, ZooKeeper, then ZooKeeper, Redis) so that a noisy
 //!   neighbour weighs on both alike. Member timeout (= ZooKeeper session),
 //!   slot lease and message lease are 1 s.
-//! - **load**: 8 members over a 1,024-slot topic with the default timeouts
+//! - **load**: 8 and 130 members over a 1,024-slot topic with the default timeouts
 //!   (6 s), idle once the slots are split, over 15 s: Redis calls per
 //!   second (script calls, as `INFO commandstats` counts `EVALSHA`,
 //!   `FCALL` and the like; the commands scripts run inside are not
@@ -27,7 +27,10 @@ use crate::redis_stats::redis_cpu_secs;
 use crate::report::{round, table, Row};
 use crate::runner::{run_case, Results};
 
-const LOAD_MEMBERS: usize = 8;
+/// Group sizes of the load measure: a small group, and the original
+/// system's fleet (130 machines) as 130 members in this one process, each
+/// with its own consumer (and, with ZooKeeper, its own session).
+const LOAD_MEMBERS: [usize; 2] = [8, 130];
 const LOAD_SLOTS: u32 = 1_024;
 
 /// Runs both measures for both backends; prints a JSON line per case and
@@ -83,15 +86,23 @@ pub(crate) async fn measure(scale: f64, smoke: bool) -> Result<()> {
         // Three of the consumers' 5 s safety-net rescans.
         Duration::from_secs(15)
     };
-    for c in [Coordination::Redis, zookeeper] {
-        let label = format!("members=8 slots=1024 coordinator={}", c.label());
+    let sizes: &[usize] = if smoke {
+        &LOAD_MEMBERS[..1]
+    } else {
+        &LOAD_MEMBERS
+    };
+    for (&members, c) in sizes
+        .iter()
+        .flat_map(|n| [(n, Coordination::Redis), (n, zookeeper.clone())])
+    {
+        let label = format!("members={members} slots=1024 coordinator={}", c.label());
         let zk = &zk;
         run_case(
             &env,
             &mut out,
             ("group_load", TopicKind::Priority, label),
             60_000,
-            |cl| group_load(&env, cl, &c, zk, window),
+            |cl| group_load(&env, cl, &c, zk, members, window),
         )
         .await;
     }
@@ -113,13 +124,14 @@ async fn owners(topic: &Topic) -> Result<BTreeMap<String, usize>> {
     Ok(out)
 }
 
-/// 8 idle members over 1,024 slots: what keeping the group costs Redis
-/// and ZooKeeper per second once the slots are split.
+/// `size` idle members over 1,024 slots: what keeping the group costs
+/// Redis and ZooKeeper per second once the slots are split.
 async fn group_load(
     env: &Env,
     client: rmq::Client,
     coordination: &Coordination,
     zk: &ZooKeeperServer,
+    size: usize,
     window: Duration,
 ) -> Result<Row> {
     let topic = client
@@ -129,7 +141,7 @@ async fn group_load(
     let cancel = CancellationToken::new();
     let _guard = cancel.clone().drop_guard();
     let mut members: Vec<Deliveries> = Vec::new();
-    for _ in 0..LOAD_MEMBERS {
+    for _ in 0..size {
         let mut b = topic.consumer().serial("load");
         if let Some(c) = coordination.coordinator(member_timeout).await? {
             b = b.coordinator(c);
@@ -139,11 +151,14 @@ async fn group_load(
     let start = Instant::now();
     loop {
         let o = owners(&topic).await?;
-        if o.len() == LOAD_MEMBERS && o.values().sum::<usize>() == LOAD_SLOTS as usize {
+        if o.len() == size && o.values().sum::<usize>() == LOAD_SLOTS as usize {
             break;
         }
         if start.elapsed() > Duration::from_secs(60) {
-            bail!("the slots were not split among {LOAD_MEMBERS} members in 60 s: {o:?}");
+            bail!(
+                "the slots were not split among {size} members in 60 s: {} owners",
+                o.len()
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -174,7 +189,7 @@ async fn group_load(
         "group_load",
         TopicKind::Priority,
         json!({
-            "members": LOAD_MEMBERS,
+            "members": size,
             "slots": LOAD_SLOTS,
             "coordinator": coordination.label(),
             "member_timeout_ms": 6_000,

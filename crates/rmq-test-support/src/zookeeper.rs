@@ -6,8 +6,10 @@
 //!
 //! [`ZooKeeperServer`] is a standalone server; [`ZooKeeperEnsemble`] is a
 //! three-server quorum whose leader can be found and killed. Both use a
-//! 100 ms tick so that sessions may be as short as 200 ms, and allow the
-//! four-letter words `ruok`, `srvr` and `mntr` (readiness, role, load).
+//! 100 ms tick so that sessions may be as short as 200 ms, allow any
+//! number of connections from one address (every test client is on
+//! 127.0.0.1; the default is 60), and allow the four-letter words `ruok`,
+//! `srvr` and `mntr` (readiness, role, load).
 //! Each server is a process group of its own, stopped by PID.
 
 use std::collections::HashMap;
@@ -78,6 +80,7 @@ fn config(dir: &Path, port: u16, peers: &[(u16, u16)]) -> String {
          minSessionTimeout=200\n\
          maxSessionTimeout=60000\n\
          admin.enableServer=false\n\
+         maxClientCnxns=0\n\
          4lw.commands.whitelist=ruok,srvr,mntr\n",
         dir.join("data").display()
     );
