@@ -15,6 +15,7 @@
 
 mod cmd;
 mod connect;
+mod coordinator;
 mod output;
 mod reaper;
 mod scrape;

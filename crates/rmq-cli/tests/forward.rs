@@ -252,6 +252,77 @@ fn a_target_that_is_missing_or_unreachable_is_refused_at_start() {
     unknown.one_error(2);
 }
 
+#[test]
+fn a_serial_forwarder_meets_its_group_in_zookeeper_or_stops_at_start() {
+    let env = Env::new();
+    env.ok(&["topic", "create", "due", "--kind", "priority"]);
+    let nats = NatsServer::start();
+    let rt = rt();
+    let js = due_stream(&rt, &nats);
+    let to = format!("{}?subject=due.jobs", nats.url());
+    // Unreachable: exit 1 before anything is taken.
+    let port = rmq_test_support::free_port();
+    let nobody = format!("zk://127.0.0.1:{port}/rmq");
+    let down = env.rmq(&[
+        "forward",
+        "due",
+        "--to",
+        &to,
+        "--serial",
+        "--coordinator",
+        &nobody,
+    ]);
+    assert!(down.one_error(1).contains("is unreachable"), "{down:?}");
+    let bad = env.rmq(&[
+        "forward",
+        "due",
+        "--to",
+        &to,
+        "--serial",
+        "--coordinator",
+        "zk://x/",
+    ]);
+    bad.one_error(2);
+    // Reachable: it joins (a znode) and forwards.
+    let zk = rmq_test_support::ZooKeeperServer::start();
+    env.rmq_in(&["send", "due", "--key", "k"], b"p").success();
+    let child = env
+        .cmd(&[
+            "--json",
+            "forward",
+            "due",
+            "--to",
+            &to,
+            "--serial",
+            "--coordinator",
+            &zk.address("rmq"),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || acked(&env) == 1),
+        "forwarded"
+    );
+    let joined = zk.monitor().get("zk_ephemerals_count").cloned();
+    let summary = stop(child);
+    assert_eq!(joined.as_deref(), Some("1"), "a member znode in ZooKeeper");
+    assert_eq!(summary["forwarded"], 1, "{summary}");
+    let stream = rt.block_on(async {
+        js.get_stream("DUE")
+            .await
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .state
+            .messages
+    });
+    assert_eq!(stream, 1);
+}
+
 /// `--metrics-listen`: the forwarder's deliveries and publish outcomes
 /// for Prometheus, as `rmq consume` serves them.
 #[test]

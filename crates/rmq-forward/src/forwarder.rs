@@ -38,6 +38,7 @@ pub struct Forwarder<S> {
     concurrency: usize,
     batch: usize,
     serial: Option<String>,
+    coordinator: Option<Arc<dyn rmq::Coordinator>>,
 }
 
 /// What a forwarder did until it stopped.
@@ -67,6 +68,7 @@ impl<S: Sink> Forwarder<S> {
             concurrency: DEFAULT_CONCURRENCY,
             batch: DEFAULT_BATCH,
             serial: None,
+            coordinator: None,
         }
     }
 
@@ -90,6 +92,13 @@ impl<S: Sink> Forwarder<S> {
         self
     }
 
+    /// Serial mode: where the group's members meet, e.g. ZooKeeper with
+    /// `rmq-zk` (see [`rmq::ConsumerBuilder::coordinator`]); Redis when not set.
+    pub fn coordinator(mut self, c: Arc<dyn rmq::Coordinator>) -> Self {
+        self.coordinator = Some(c);
+        self
+    }
+
     /// Forwards until `cancel` fires (then finishes the publishes in
     /// flight, waiting up to [`SHUTDOWN_GRACE`], and gives back what was
     /// taken but not started) or the consumer stops on an error.
@@ -108,6 +117,9 @@ impl<S: Sink> Forwarder<S> {
             .shutdown_grace(SHUTDOWN_GRACE);
         if let Some(group) = self.serial {
             consumer = consumer.serial(group);
+            if let Some(c) = self.coordinator {
+                consumer = consumer.coordinator(c);
+            }
         }
         let sink = self.sink;
         let dups = duplicates.clone();

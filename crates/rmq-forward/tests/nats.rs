@@ -208,6 +208,42 @@ async fn serial_mode_keeps_each_entitys_order_into_the_stream() {
 }
 
 #[tokio::test]
+async fn a_serial_forwarder_coordinated_by_zookeeper_keeps_each_entitys_order() {
+    let (_redis, _client, topic) =
+        redis_topic(TopicSpec::new("jobs", TopicKind::FixedTime).slots(4)).await;
+    let nats = NatsServer::start();
+    let js = nats_stream(&nats.url(), STREAM, SUBJECT, |_| {}).await;
+    let zk = rmq_test_support::ZooKeeperServer::start();
+    let (entities, each) = (8, 40u64);
+    topic
+        .send_batch(&entity_messages(entities, each))
+        .await
+        .unwrap();
+
+    let coordinator = rmq_zk::ZooKeeper::connect(&zk.address("rmq"), Duration::from_secs(6))
+        .await
+        .unwrap();
+    let sink = target(&nats).connect().await.unwrap();
+    let running = Running::start(
+        Forwarder::new(topic.clone(), sink)
+            .serial("fwd")
+            .coordinator(std::sync::Arc::new(coordinator)),
+    );
+    let total = entities * each;
+    assert!(eventually(60, || async { nats_count(&js, STREAM).await >= total }).await);
+    let member_znodes = zk.monitor().get("zk_ephemerals_count").cloned();
+    running.finish().await;
+    assert_eq!(
+        member_znodes.as_deref(),
+        Some("1"),
+        "the forwarder joined through ZooKeeper"
+    );
+    let arrived = nats_read(&js, STREAM).await;
+    assert_eq!(arrived.len() as u64, total);
+    assert_entity_order(&arrived);
+}
+
+#[tokio::test]
 async fn a_bad_target_is_refused_at_start_with_the_reason() {
     let nats = NatsServer::start();
     let _js = nats_stream(&nats.url(), STREAM, SUBJECT, |_| {}).await;

@@ -18,6 +18,10 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{connect, CliError, CliResult, Global};
 
+/// Serial mode with ZooKeeper: the session timeout (the consumers' default
+/// member timeout).
+const MEMBER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(6);
+
 #[derive(Debug, Args)]
 pub struct ForwardArgs {
     /// Topic name
@@ -41,6 +45,11 @@ pub struct ForwardArgs {
     /// Serial mode: the consumer group
     #[arg(long, value_name = "G", default_value = "forward", requires = "serial")]
     pub group: String,
+    /// Serial mode: where members meet: `redis` (a heartbeat next to the
+    /// topic), or ZooKeeper as `zk://HOST:PORT[,HOST:PORT...]/ROOT` (a 6 s
+    /// session); fencing stays in Redis
+    #[arg(long, value_name = "URL", default_value = "redis", requires = "serial")]
+    pub coordinator: String,
     /// Serve this process's metrics (deliveries, due-to-taken lateness,
     /// publish duration and outcomes) for Prometheus at http://ADDR/metrics
     #[arg(long, value_name = "ADDR")]
@@ -77,12 +86,17 @@ pub async fn run(g: &Global, args: ForwardArgs) -> CliResult {
         TargetError::Invalid(_) | TargetError::Missing(_) => CliError::usage(e.to_string()),
     })?;
     tracing::info!(topic = %args.topic, to = %target, "forwarding");
+    let coordinator =
+        crate::coordinator::open(args.serial, &args.coordinator, MEMBER_TIMEOUT).await?;
 
     let mut forwarder = Forwarder::new(topic, sink)
         .concurrency(usize::from(args.concurrency))
         .batch(usize::from(args.batch));
     if args.serial {
         forwarder = forwarder.serial(args.group);
+        if let Some(c) = coordinator {
+            forwarder = forwarder.coordinator(c);
+        }
     }
     let report = forwarder.run(stop).await?;
     let summary = Summary {

@@ -44,7 +44,6 @@ use crate::output::{self, Out};
 use crate::reaper::Reaper;
 use crate::{connect, CliError, CliResult, Global};
 
-mod coordinator;
 mod exec;
 mod source;
 use exec::handle_exec;
@@ -268,7 +267,12 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
         stop: cancel.clone(),
         stdout_closed: AtomicBool::new(false),
     });
-    let coordinator = coordinator::open(&a).await?;
+    let coordinator = crate::coordinator::open(
+        a.serial,
+        &a.coordinator,
+        Duration::from_millis(a.member_timeout),
+    )
+    .await?;
     let mut stream = source::Source::start(&a, topics, coordinator, cancel.clone());
     // Each task ends one delivery (--exec) or one printed batch.
     let mut tasks: JoinSet<Vec<Ended>> = JoinSet::new();
