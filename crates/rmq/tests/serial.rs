@@ -367,6 +367,10 @@ async fn an_idle_serial_member_looks_only_at_the_slots_it_owns() {
         idle <= budget,
         "{idle} script calls in 3 s of idling while owning {owned} slots (budget {budget})"
     );
+    assert!(
+        idle >= owned as u64,
+        "its own slots are still looked at: {idle} calls for {owned} slots"
+    );
     stop.cancel();
 }
 
@@ -444,6 +448,14 @@ async fn a_renewal_refused_for_one_slot_loses_that_slot_and_keeps_the_others() {
         .slot_lease(lease)
         .stream(stop.clone());
     assert_eq!(eventually_owned(&topic).await, 8, "one member owns all");
+    let epochs_before: Vec<u64> = topic
+        .serial_groups()
+        .await
+        .unwrap()
+        .leases
+        .iter()
+        .map(|l| l.epoch)
+        .collect();
     // Another owner takes slot `stolen` at a newer epoch (as after a lease
     // that ran out while this member was frozen), for a minute.
     let stolen = 3u32;
@@ -493,10 +505,165 @@ async fn a_renewal_refused_for_one_slot_loses_that_slot_and_keeps_the_others() {
     assert_eq!(got, vec![0, 1, 2, 4, 5, 6, 7], "all but the stolen slot");
     let leases = topic.serial_groups().await.unwrap().leases;
     assert_eq!(leases[stolen as usize].owner.as_deref(), Some("thief"));
+    for (slot, l) in leases.iter().enumerate() {
+        if slot != stolen as usize {
+            assert_eq!(
+                l.epoch, epochs_before[slot],
+                "slot {slot} was renewed all along, never given up and taken again"
+            );
+        }
+    }
     assert_eq!(
         leases.iter().filter(|l| l.owner.is_some()).count(),
         8,
         "the member still holds the other seven"
     );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_lease_key_of_a_foreign_type_loses_its_slot_only() {
+    // One slot's lease key holds a string: renewing it fails. On one node
+    // the member's one renewal call fails as a whole, so it renews one
+    // call per slot from then on; the other slots are kept all along.
+    let (server, _c, topic) = setup(TopicKind::Priority, 8).await;
+    let stop = CancellationToken::new();
+    let lease = Duration::from_millis(1_000);
+    let _s = topic
+        .consumer()
+        .serial("g")
+        .member_timeout(lease)
+        .slot_lease(lease)
+        .stream(stop.clone());
+    assert_eq!(eventually_owned(&topic).await, 8, "one member owns all");
+    let epochs_before: Vec<u64> = topic
+        .serial_groups()
+        .await
+        .unwrap()
+        .leases
+        .iter()
+        .map(|l| l.epoch)
+        .collect();
+    let broken = 5u32;
+    let lease_key = topic.keys_of_slot(broken).pop().unwrap();
+    raw(&server, &["DEL", &lease_key]).await;
+    raw(&server, &["SET", &lease_key, "not a lease"]).await;
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    // (The groups view reads every lease and fails on the broken one:
+    // read the others' hashes directly.)
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for slot in (0..8u32).filter(|&s| s != broken) {
+        let key = topic.keys_of_slot(slot).pop().unwrap();
+        let field = |name: &'static str| {
+            let (server, key) = (&server, key.clone());
+            async move {
+                match raw(server, &["HGET", &key, name]).await {
+                    redis::Value::BulkString(b) => String::from_utf8(b).unwrap(),
+                    other => panic!("slot {slot} {name}: {other:?}"),
+                }
+            }
+        };
+        let epoch: u64 = field("epoch").await.parse().unwrap();
+        let until: i64 = field("until").await.parse().unwrap();
+        assert_eq!(
+            epoch, epochs_before[slot as usize],
+            "slot {slot} kept (renewed, never given up and taken again)"
+        );
+        assert!(until > now, "slot {slot}: its lease is still renewed");
+    }
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_server_in_cluster_mode_reached_as_one_node_keeps_its_leases() {
+    // A server in cluster mode owning every hash slot, reached with
+    // `Client::connect`: it refuses a
+    // call whose keys span hash slots (CROSSSLOT) though it owns them all,
+    // so the member's renewals fall back to one call per slot; its slots
+    // are never given up.
+    let server = RedisServer::builder().arg("cluster-enabled", "yes").start();
+    let admin = redis::Client::open(server.url()).unwrap();
+    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(16383)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let mut ok = false;
+    for _ in 0..100 {
+        let info: String = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if info.contains("cluster_state:ok") {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ok, "the one-node cluster serves");
+    let client = rmq::Client::connect(&server.url()).await.unwrap();
+    let topic = client
+        .define_topic(TopicSpec::new("t", TopicKind::Priority).slots(8))
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let lease = Duration::from_millis(1_000);
+    let _s = topic
+        .consumer()
+        .serial("g")
+        .member_timeout(lease)
+        .slot_lease(lease)
+        .stream(stop.clone());
+    assert_eq!(eventually_owned(&topic).await, 8, "one member owns all");
+    let epochs = |leases: Vec<rmq::SlotLease>| leases.iter().map(|l| l.epoch).collect::<Vec<_>>();
+    let before = epochs(topic.serial_groups().await.unwrap().leases);
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let after = epochs(topic.serial_groups().await.unwrap().leases);
+    assert_eq!(
+        after, before,
+        "every lease renewed, none given up and taken again"
+    );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_member_owning_thousands_of_slots_renews_them_in_chunks_and_keeps_them() {
+    // 2,048 leases: two renewal calls of 1,024 per round on one node, each
+    // answer mapped back to its slot (a mix-up would give slots up).
+    let (server, _c, topic) = setup(TopicKind::Priority, 2048).await;
+    let stop = CancellationToken::new();
+    // A round every second; a round may take a quarter of the lease, which
+    // 2,048 one-slot calls on a cluster (a debug build, a loaded machine)
+    // need.
+    let lease = Duration::from_millis(4_000);
+    let _s = topic
+        .consumer()
+        .rescan(Duration::from_secs(60))
+        .serial("g")
+        .member_timeout(lease)
+        .slot_lease(lease)
+        .stream(stop.clone());
+    assert_eq!(eventually_owned(&topic).await, 2048, "one member owns all");
+    let epochs = |leases: Vec<rmq::SlotLease>| leases.iter().map(|l| l.epoch).collect::<Vec<_>>();
+    let before = epochs(topic.serial_groups().await.unwrap().leases);
+    let calls_before = calls(&server).await;
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let idle = calls(&server).await - calls_before;
+    let after = epochs(topic.serial_groups().await.unwrap().leases);
+    assert_eq!(
+        after, before,
+        "every lease renewed, none given up and taken again"
+    );
+    if let Backend::Single(_) = server {
+        // ~3 rounds of 2 renewal calls and a heartbeat.
+        assert!((3..=20).contains(&idle), "{idle} calls in 3 s");
+    }
     stop.cancel();
 }

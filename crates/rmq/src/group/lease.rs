@@ -10,6 +10,7 @@
 //! released) and the slot has nothing in flight.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -258,12 +259,13 @@ pub(crate) async fn keep_leases(
     ));
     let member = own.lock().unwrap_or_else(|p| p.into_inner()).member.clone();
     let keeper = Keeper {
-        topic,
         own,
         membership,
         member,
-        cfg,
         failing_since: Mutex::new(None),
+        batch_renewals: AtomicBool::new(!topic.redis().is_cluster()),
+        topic,
+        cfg,
     };
     let tick = keeper.cfg.tick();
     let mut retry = RETRY_FIRST;
@@ -321,6 +323,8 @@ struct Keeper {
     cfg: SerialConfig,
     /// Since when heartbeats fail (None: they work).
     failing_since: Mutex<Option<Instant>>,
+    /// Renewals share calls (a single node, until one such call failed).
+    batch_renewals: AtomicBool,
 }
 
 impl Keeper {
@@ -363,24 +367,39 @@ impl Keeper {
             };
             plan(&mut o, desired.as_ref(), leaving)
         };
-        let one_node = !topic.redis().is_cluster();
-        let mut lease_calls = LeaseCalls::new(topic, &plans, &self.member, ttl_ms, one_node);
-        let calls = std::mem::take(&mut lease_calls.calls);
         let wanted = plans.iter().filter(|(_, p)| *p == Plan::Acquire).count();
         let failed = Round {
             acquired: Vec::new(),
             refused: wanted,
         };
         let sent_at = Instant::now();
-        let replies = match tokio::time::timeout(call_limit, topic.redis().run(calls)).await {
-            Ok(Ok(replies)) => replies,
-            Ok(Err(e)) => {
-                tracing::warn!(topic = %topic.name(), "renewing slot leases failed: {e}");
-                return failed;
-            }
-            Err(_) => {
-                tracing::warn!(topic = %topic.name(), "renewing slot leases timed out");
-                return failed;
+        let (lease_calls, replies) = loop {
+            let batched = self.batch_renewals.load(Ordering::Relaxed);
+            let mut lease_calls = LeaseCalls::new(topic, &plans, &self.member, ttl_ms, batched);
+            let calls = std::mem::take(&mut lease_calls.calls);
+            let limit = call_limit.saturating_sub(sent_at.elapsed());
+            let replies = match tokio::time::timeout(limit, topic.redis().run(calls)).await {
+                Ok(Ok(replies)) => replies,
+                Ok(Err(e)) => {
+                    tracing::warn!(topic = %topic.name(), "renewing slot leases failed: {e}");
+                    return failed;
+                }
+                Err(_) => {
+                    tracing::warn!(topic = %topic.name(), "renewing slot leases timed out");
+                    return failed;
+                }
+            };
+            match lease_calls.batch_error(&replies) {
+                // Asked again at once, one call per slot (an acquire sent
+                // twice only takes a newer epoch; a release sent twice is
+                // refused the second time, and the slot is gone either way).
+                Some(e) if batched => {
+                    tracing::warn!(topic = %topic.name(),
+                        "renewing slot leases in one call failed ({e}): renewing them one call \
+                         per slot from now on");
+                    self.batch_renewals.store(false, Ordering::Relaxed);
+                }
+                _ => break (lease_calls, replies),
             }
         };
         let mut o = self.own.lock().unwrap_or_else(|p| p.into_inner());

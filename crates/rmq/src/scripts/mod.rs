@@ -327,8 +327,8 @@ pub(crate) fn get(id: ScriptId) -> &'static Built {
 
 /// An EVALSHA call of `id` with these keys and arguments. All keys of one
 /// call must share one Redis Cluster hash slot (checked in debug builds, so
-/// every test of the suite checks every call it makes): no script can then
-/// ever fail with CROSSSLOT.
+/// every test of the suite checks every call it makes): no script but
+/// `renew.lua` (see [`call_on_one_node`]) can then ever fail with CROSSSLOT.
 ///
 /// Only the typed requests of this module's children call it: no other
 /// module builds a script's KEYS or ARGV.
@@ -340,8 +340,10 @@ fn call(id: ScriptId, keys: &[String], args: &[&[u8]]) -> redis::Cmd {
     call_on_one_node(id, keys, args)
 }
 
-/// A call whose keys may span hash slots: for a single node only (a
-/// cluster would refuse it with CROSSSLOT).
+/// A call whose keys may span hash slots, for a server not in cluster mode
+/// only: a server in cluster mode refuses it with CROSSSLOT, even one that
+/// owns every hash slot and is reached as a single node. Its one user, the
+/// lease keeper's batched renewal, falls back to a call per slot then.
 fn call_on_one_node(id: ScriptId, keys: &[String], args: &[&[u8]]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(&get(id).sha).arg(keys.len()).arg(keys);
