@@ -348,12 +348,8 @@ async fn an_idle_serial_member_looks_only_at_the_slots_it_owns() {
     let (server, _c, topic) = setup(TopicKind::FixedTime, 1024).await;
     let stop = CancellationToken::new();
     let lease = Duration::from_secs(20);
-    let _s = topic
-        .consumer()
+    let _s = serial_member(&topic, lease)
         .rescan(Duration::from_millis(500))
-        .serial("g")
-        .member_timeout(lease)
-        .slot_lease(lease)
         .coordinator(Arc::new(AmongGhosts))
         .stream(stop.clone());
     let owned = eventually_owned(&topic).await;
@@ -372,6 +368,21 @@ async fn an_idle_serial_member_looks_only_at_the_slots_it_owns() {
         "its own slots are still looked at: {idle} calls for {owned} slots"
     );
     stop.cancel();
+}
+
+/// A member of group "g" whose member timeout and slot lease are `lease`.
+fn serial_member(topic: &rmq::Topic, lease: Duration) -> rmq::ConsumerBuilder {
+    topic
+        .consumer()
+        .serial("g")
+        .member_timeout(lease)
+        .slot_lease(lease)
+}
+
+/// Every slot's lease epoch, by slot.
+async fn lease_epochs(topic: &rmq::Topic) -> Vec<u64> {
+    let view = topic.serial_groups().await.unwrap();
+    view.leases.iter().map(|l| l.epoch).collect()
 }
 
 /// The number of slots whose lease is held, once it stops growing.
@@ -404,12 +415,8 @@ async fn an_idle_member_renews_its_leases_in_one_call_per_round_on_one_node() {
     let (server, _c, topic) = setup(TopicKind::FixedTime, 1024).await;
     let stop = CancellationToken::new();
     let lease = Duration::from_secs(2);
-    let _s = topic
-        .consumer()
+    let _s = serial_member(&topic, lease)
         .rescan(Duration::from_secs(60))
-        .serial("g")
-        .member_timeout(lease)
-        .slot_lease(lease)
         .coordinator(Arc::new(AmongGhosts))
         .stream(stop.clone());
     let owned = eventually_owned(&topic).await as u64;
@@ -440,22 +447,11 @@ async fn a_renewal_refused_for_one_slot_loses_that_slot_and_keeps_the_others() {
     let (server, _c, topic) = setup(TopicKind::Priority, 8).await;
     let stop = CancellationToken::new();
     let lease = Duration::from_millis(1_000);
-    let mut s = topic
-        .consumer()
+    let mut s = serial_member(&topic, lease)
         .concurrency(8)
-        .serial("g")
-        .member_timeout(lease)
-        .slot_lease(lease)
         .stream(stop.clone());
     assert_eq!(eventually_owned(&topic).await, 8, "one member owns all");
-    let epochs_before: Vec<u64> = topic
-        .serial_groups()
-        .await
-        .unwrap()
-        .leases
-        .iter()
-        .map(|l| l.epoch)
-        .collect();
+    let epochs_before: Vec<u64> = lease_epochs(&topic).await;
     // Another owner takes slot `stolen` at a newer epoch (as after a lease
     // that ran out while this member was frozen), for a minute.
     let stolen = 3u32;
@@ -529,21 +525,9 @@ async fn a_lease_key_of_a_foreign_type_loses_its_slot_only() {
     let (server, _c, topic) = setup(TopicKind::Priority, 8).await;
     let stop = CancellationToken::new();
     let lease = Duration::from_millis(1_000);
-    let _s = topic
-        .consumer()
-        .serial("g")
-        .member_timeout(lease)
-        .slot_lease(lease)
-        .stream(stop.clone());
+    let _s = serial_member(&topic, lease).stream(stop.clone());
     assert_eq!(eventually_owned(&topic).await, 8, "one member owns all");
-    let epochs_before: Vec<u64> = topic
-        .serial_groups()
-        .await
-        .unwrap()
-        .leases
-        .iter()
-        .map(|l| l.epoch)
-        .collect();
+    let epochs_before: Vec<u64> = lease_epochs(&topic).await;
     let broken = 5u32;
     let lease_key = topic.keys_of_slot(broken).pop().unwrap();
     raw(&server, &["DEL", &lease_key]).await;
@@ -580,34 +564,11 @@ async fn a_lease_key_of_a_foreign_type_loses_its_slot_only() {
 #[tokio::test]
 async fn a_server_in_cluster_mode_reached_as_one_node_keeps_its_leases() {
     // A server in cluster mode owning every hash slot, reached with
-    // `Client::connect`: it refuses a
-    // call whose keys span hash slots (CROSSSLOT) though it owns them all,
-    // so the member's renewals fall back to one call per slot; its slots
-    // are never given up.
+    // `Client::connect`: it refuses a call whose keys span hash slots
+    // (CROSSSLOT) though it owns them all, so the member's renewals fall
+    // back to one call per slot; its slots are never given up.
     let server = RedisServer::builder().arg("cluster-enabled", "yes").start();
-    let admin = redis::Client::open(server.url()).unwrap();
-    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("CLUSTER")
-        .arg("ADDSLOTSRANGE")
-        .arg(0)
-        .arg(16383)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let mut ok = false;
-    for _ in 0..100 {
-        let info: String = redis::cmd("CLUSTER")
-            .arg("INFO")
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        if info.contains("cluster_state:ok") {
-            ok = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ok, "the one-node cluster serves");
+    serve_every_hash_slot(&server).await;
     let client = rmq::Client::connect(&server.url()).await.unwrap();
     let topic = client
         .define_topic(TopicSpec::new("t", TopicKind::Priority).slots(8))
@@ -615,17 +576,11 @@ async fn a_server_in_cluster_mode_reached_as_one_node_keeps_its_leases() {
         .unwrap();
     let stop = CancellationToken::new();
     let lease = Duration::from_millis(1_000);
-    let _s = topic
-        .consumer()
-        .serial("g")
-        .member_timeout(lease)
-        .slot_lease(lease)
-        .stream(stop.clone());
+    let _s = serial_member(&topic, lease).stream(stop.clone());
     assert_eq!(eventually_owned(&topic).await, 8, "one member owns all");
-    let epochs = |leases: Vec<rmq::SlotLease>| leases.iter().map(|l| l.epoch).collect::<Vec<_>>();
-    let before = epochs(topic.serial_groups().await.unwrap().leases);
+    let before = lease_epochs(&topic).await;
     tokio::time::sleep(Duration::from_millis(2_000)).await;
-    let after = epochs(topic.serial_groups().await.unwrap().leases);
+    let after = lease_epochs(&topic).await;
     assert_eq!(
         after, before,
         "every lease renewed, none given up and taken again"
@@ -643,20 +598,15 @@ async fn a_member_owning_thousands_of_slots_renews_them_in_chunks_and_keeps_them
     // 2,048 one-slot calls on a cluster (a debug build, a loaded machine)
     // need.
     let lease = Duration::from_millis(4_000);
-    let _s = topic
-        .consumer()
+    let _s = serial_member(&topic, lease)
         .rescan(Duration::from_secs(60))
-        .serial("g")
-        .member_timeout(lease)
-        .slot_lease(lease)
         .stream(stop.clone());
     assert_eq!(eventually_owned(&topic).await, 2048, "one member owns all");
-    let epochs = |leases: Vec<rmq::SlotLease>| leases.iter().map(|l| l.epoch).collect::<Vec<_>>();
-    let before = epochs(topic.serial_groups().await.unwrap().leases);
+    let before = lease_epochs(&topic).await;
     let calls_before = calls(&server).await;
     tokio::time::sleep(Duration::from_millis(3_000)).await;
     let idle = calls(&server).await - calls_before;
-    let after = epochs(topic.serial_groups().await.unwrap().leases);
+    let after = lease_epochs(&topic).await;
     assert_eq!(
         after, before,
         "every lease renewed, none given up and taken again"

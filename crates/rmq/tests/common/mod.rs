@@ -149,6 +149,32 @@ pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Makes a server started with `cluster-enabled yes` a one-node cluster
+/// that serves all 16384 hash slots, and waits until it does.
+pub async fn serve_every_hash_slot(server: &RedisServer) {
+    let admin = redis::Client::open(server.url()).unwrap();
+    let mut c = admin.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(16383)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    for _ in 0..500 {
+        let info: String = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        if info.contains("cluster_state:ok") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the one-node cluster never became ready");
+}
+
 /// A one-node Redis Cluster (it serves all 16384 hash slots) that
 /// announces a proxy's port as its own: a cluster client reaches it only
 /// through the proxy, and meets the proxy's faults (a cut connection makes
@@ -169,27 +195,8 @@ impl ProxiedCluster {
             .arg("cluster-announce-port", &port.to_string())
             .start();
         let proxy = Proxy::start_on(port, server.addr());
-        let admin = redis::Client::open(server.url()).unwrap();
-        let mut c = admin.get_multiplexed_async_connection().await.unwrap();
-        let _: () = redis::cmd("CLUSTER")
-            .arg("ADDSLOTSRANGE")
-            .arg(0)
-            .arg(16383)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        for _ in 0..500 {
-            let info: String = redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query_async(&mut c)
-                .await
-                .unwrap();
-            if info.contains("cluster_state:ok") {
-                return ProxiedCluster { server, proxy };
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("the one-node cluster never became ready");
+        serve_every_hash_slot(&server).await;
+        ProxiedCluster { server, proxy }
     }
 
     /// A cluster client that goes through the proxy.
