@@ -2,8 +2,9 @@
 //! every process of a consumer group.
 //!
 //! Members announce themselves to a [`Coordinator`] (a heartbeat in Redis
-//! by default, or ZooKeeper with `rmq-zk`); each member computes the same assignment of slots to live
-//! members by rendezvous hashing ([`assign`]), so a join or a leave moves
+//! by default, or ZooKeeper with `rmq-zk`); each member computes the same
+//! assignment of slots to live members by rendezvous hashing ([`assign`]),
+//! so a join or a leave moves
 //! only the slots it must. Owning a slot means holding its **lease**, a hash
 //! in the slot's own hash tag with an owner, an expiry and an **epoch** that
 //! grows on every change of owner. The pop and settle scripts check the
