@@ -6,10 +6,10 @@
 //! assignment of slots to live members by rendezvous hashing ([`assign`]),
 //! so a join or a leave moves only the slots it must. Owning a slot means
 //! holding its **lease**, a hash in the slot's own hash tag with an owner,
-//! an expiry and an **epoch** that grows on every change of owner. The pop and settle scripts check the
-//! caller's epoch atomically, so a consumer that was paused, partitioned or
-//! slow past its lease can never take or settle a message of a slot it lost
-//! (see `lease.rs`). Membership only decides who *tries* to own what; safety
+//! an expiry and an **epoch** that grows on every change of owner. The pop
+//! and settle scripts check the caller's epoch atomically, so a consumer
+//! that was paused, partitioned or slow past its lease can never take or
+//! settle a message of a slot it lost (see `lease.rs`). Membership only decides who *tries* to own what; safety
 //! never depends on it.
 
 mod assign;
