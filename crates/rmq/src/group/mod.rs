@@ -9,8 +9,8 @@
 //! an expiry and an **epoch** that grows on every change of owner. The pop
 //! and settle scripts check the caller's epoch atomically, so a consumer
 //! that was paused, partitioned or slow past its lease can never take or
-//! settle a message of a slot it lost (see `lease.rs`). Membership only decides who *tries* to own what; safety
-//! never depends on it.
+//! settle a message of a slot it lost (see `lease.rs`). Membership only
+//! decides who *tries* to own what; safety never depends on it.
 
 mod assign;
 mod calls;
