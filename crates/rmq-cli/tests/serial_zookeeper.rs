@@ -166,25 +166,22 @@ fn outage_keeps_the_owned_slots_going(
     let mut zk = ZooKeeperServer::start();
     let g = zk_group(&zk.address("rmq"), 1_000, 800);
     let members: Vec<Child> = (0..2).map(|_| g.consumer()).collect();
+    // (A session that expired on a loaded machine leaves its znode behind
+    // for a while: at least the two members.)
     assert!(
-        eventually(Duration::from_secs(20), || members_in(&zk) == 2
+        eventually(Duration::from_secs(60), || members_in(&zk) >= 2
             && g.acked() > 0),
         "both members joined through ZooKeeper and consumption started"
     );
     std::thread::sleep(Duration::from_millis(500));
     stop(&mut zk);
-    // Past 1.4 sessions, the members still handle their slots' messages,
-    // which come due meanwhile.
+    // Past 1.4 sessions, with ZooKeeper still silent, the members handle
+    // every message of the slots they own: all of them. (The library test
+    // `members_keep_their_slots_through_a_zookeeper_outage_longer_than_their_session`
+    // checks the lease owners themselves.)
     std::thread::sleep(Duration::from_millis(1_600));
-    let late = g.acked();
-    std::thread::sleep(Duration::from_millis(1_500));
-    let went_on = g.acked() - late;
-    back(&mut zk);
-    assert!(
-        went_on > 0,
-        "owned slots should go on while ZooKeeper does not answer, past the sessions"
-    );
     g.wait_all_acked();
+    back(&mut zk);
     stop_all(members);
     // Nobody died and nobody lost a slot: once each, in order.
     assert_eq!(g.check(true), ENTITIES * PER_ENTITY);
