@@ -15,7 +15,10 @@
 #   servers on free loopback ports; the machine's brokers are not used);
 # - ZooKeeper 3.8 and a Java runtime (package zookeeper: the ZooKeeper
 #   coordinator's tests run /usr/share/java/zookeeper.jar as their own
-#   standalone servers and ensembles; no ZooKeeper service is started).
+#   standalone servers and ensembles; no ZooKeeper service is started);
+# - PostgreSQL (package postgresql: the message store's tests run initdb
+#   and postgres from /usr/lib/postgresql/*/bin in temp dirs on free
+#   loopback ports; the machine's own PostgreSQL is not used).
 # With --demo, only what the demo needs (redis-server).
 # Idempotent and silent when all is present. It never starts a service:
 # tests run their own throwaway servers on free loopback ports.
@@ -35,6 +38,8 @@ else
     # ZooKeeper has no command on the PATH: its jar (and java) tell.
     [[ -f /usr/share/java/zookeeper.jar ]] && command -v java >/dev/null 2>&1 \
         || tools+=(zookeeper-missing)
+    # PostgreSQL's server programs are not on the PATH either.
+    compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || tools+=(postgresql-missing)
 fi
 
 # The package that brings each tool. Only missing tools' packages are
@@ -46,7 +51,7 @@ declare -A package_of=(
     [chromium]=chromium [python3-venv-missing]=python3-venv
     [valgrind]=valgrind [callgrind_control]=valgrind
     [nats-server]=nats-server [rabbitmq-server]=rabbitmq-server
-    [zookeeper-missing]=zookeeper
+    [zookeeper-missing]=zookeeper [postgresql-missing]=postgresql
 )
 missing=()
 for tool in "${tools[@]}"; do
@@ -76,7 +81,7 @@ if [[ ${#missing[@]} -gt 0 ]]; then
     "${sudo[@]}" apt-get update -qq
     "${sudo[@]}" apt-get install -y -qq "${packages[@]}" >/dev/null
     for tool in "${tools[@]}"; do
-        [[ $tool == python3-venv-missing || $tool == zookeeper-missing ]] && continue
+        [[ $tool == python3-venv-missing || $tool == zookeeper-missing || $tool == postgresql-missing ]] && continue
         if ! command -v "$tool" >/dev/null 2>&1; then
             echo "ensure-deps: $tool still missing after install" >&2
             exit 1

@@ -116,6 +116,9 @@ pub enum Command {
     /// List, requeue and purge dead letters
     #[command(subcommand)]
     Dead(cmd::dead::DeadCmd),
+    /// The PostgreSQL message store under the queue: migrate, define, relay, recover, prune
+    #[command(subcommand)]
+    Store(cmd::store::StoreCmd),
     /// A guided tour on a throwaway redis-server (or on --redis)
     Demo(cmd::demo::DemoArgs),
     /// Print the least-privilege ACL SETUSER line for a key prefix
@@ -230,6 +233,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Reschedule(a) => cmd::reschedule::run(&g, a).await,
         Command::Serve(a) => cmd::serve::run(&g, a).await,
         Command::Dead(c) => cmd::dead::run(&g, c).await,
+        Command::Store(c) => cmd::store::run(&g, c).await,
         Command::Demo(a) => cmd::demo::run(&g, a).await,
         Command::Acl(a) => cmd::acl::run(&g, a),
         Command::Functions(c) => cmd::functions::run(&g, c).await,

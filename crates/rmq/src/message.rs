@@ -17,14 +17,21 @@ pub const MAX_KEY_BYTES: usize = 64 * 1024;
 /// The longest delay, range, retry delay or lease extension (100 years).
 pub(crate) const MAX_SPAN_MS: u64 = 100 * 365 * 86_400_000;
 
-/// When a message is due, or how it ranks; which one applies depends on the
-/// topic's kind.
+/// When a message is due, or how it ranks, as it was given; which one
+/// applies depends on the topic's kind ([`Message::check`] says whether it
+/// fits). A store that keeps messages before they reach Redis reads it with
+/// [`Message::timing`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Timing {
+pub enum Timing {
+    /// None given (a priority topic then uses priority 0).
     None,
+    /// Priority topics: the priority.
     Priority(u32),
+    /// Fixed-time topics: due at this Unix time (ms).
     At(i64),
+    /// Fixed-time topics: due this many ms after the send.
     Delay(u64),
+    /// Range-merge topics: due this many ms after the first send of its key.
     Range(u64),
 }
 
@@ -85,6 +92,16 @@ impl Message {
     pub fn range(mut self, d: Duration) -> Self {
         self.timing = Timing::Range(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         self
+    }
+
+    /// The timing as it was given (priority, due time, delay or range).
+    pub fn timing(&self) -> Timing {
+        self.timing
+    }
+
+    /// The slot basis when one was given (else the merge key is used).
+    pub fn given_slot_basis(&self) -> Option<&[u8]> {
+        self.slot_basis.as_deref()
     }
 
     /// The merge key (the payload when none was given).

@@ -131,7 +131,7 @@ pub async fn run(g: &Global, args: ForwardArgs) -> CliResult {
 }
 
 /// A token cancelled by the first SIGINT, SIGTERM or SIGHUP.
-fn stop_on_signals() -> CliResult<CancellationToken> {
+pub(crate) fn stop_on_signals() -> CliResult<CancellationToken> {
     let stop = CancellationToken::new();
     let on_signal = stop.clone();
     let mut signals = Vec::new();

@@ -13,4 +13,5 @@ pub mod reschedule;
 pub mod send;
 pub mod serve;
 pub mod stats;
+pub mod store;
 pub mod topic;

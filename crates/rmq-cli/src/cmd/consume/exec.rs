@@ -52,7 +52,7 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
         Err(e) => {
             let error = format!("cannot run sh -c: {e}");
             output::warn_line(&error);
-            let ended = nack(d, &error).await;
+            let ended = nack(ctx, d, &error).await;
             report_outcome(ctx, &m, &ended, Some(&error));
             return ended;
         }
@@ -96,7 +96,7 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
         None => None,
     };
     let ended = match status {
-        Ok(s) if s.success() => ack(d).await,
+        Ok(s) if s.success() => ack(ctx, d).await,
         Ok(s) => {
             let what = match s.code() {
                 Some(c) => format!("exit status {c}"),
@@ -109,13 +109,13 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
                 Some(l) => format!("{what}: {l}"),
                 None => what,
             };
-            let ended = nack(d, &error).await;
+            let ended = nack(ctx, d, &error).await;
             report_outcome(ctx, &m, &ended, Some(&error));
             return ended;
         }
         Err(e) => {
             let error = format!("cannot wait for the command: {e}");
-            let ended = nack(d, &error).await;
+            let ended = nack(ctx, d, &error).await;
             report_outcome(ctx, &m, &ended, Some(&error));
             return ended;
         }

@@ -115,6 +115,10 @@ pub struct ConsumeArgs {
     /// and outcomes, ...) for Prometheus at http://ADDR/metrics
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The message store under the topic (`rmq store`): report each ack and
+    /// dead letter to it (batched), so it knows what finished
+    #[arg(long, value_name = "URL", env = "RMQ_PG_URL")]
+    pub store_pg: Option<String>,
 }
 
 /// `TOPIC=N`.
@@ -142,6 +146,8 @@ struct Ctx {
     /// Fires when stdout is closed: stop consuming.
     stop: CancellationToken,
     stdout_closed: AtomicBool,
+    /// `--store-pg`: where acks and dead letters are reported.
+    finisher: Option<rmq_store::Finisher>,
 }
 
 impl Ctx {
@@ -248,6 +254,14 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
     let mut sighup = signal(SignalKind::hangup())
         .map_err(|e| CliError::runtime(format!("cannot listen for SIGHUP: {e}")))?;
 
+    let finisher = match &a.store_pg {
+        Some(url) => Some(
+            rmq_store::Finisher::connect(url)
+                .await
+                .map_err(|e| CliError::runtime(e.to_string()))?,
+        ),
+        None => None,
+    };
     let cancel = CancellationToken::new();
     let ctx = Arc::new(Ctx {
         out,
@@ -266,6 +280,7 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
         kill: CancellationToken::new(),
         stop: cancel.clone(),
         stdout_closed: AtomicBool::new(false),
+        finisher,
     });
     let coordinator = crate::coordinator::open(
         a.serial,
@@ -345,6 +360,10 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
     let pool_limits = stream.limits();
     // Serial mode: release the slot leases so other members take over at once.
     stream.close().await;
+    // The store hears of every ack and dead letter before we exit.
+    if let Some(f) = &ctx.finisher {
+        f.flush().await;
+    }
 
     if !out.json {
         let mut s = format!(
@@ -471,10 +490,10 @@ async fn handle_printed(ctx: Arc<Ctx>, batch: Vec<Delivery>) -> Vec<Ended> {
     } else if ctx.fail {
         let nacks = batch
             .into_iter()
-            .map(|d| nack(d, "failed on purpose (rmq consume --fail)"));
+            .map(|d| nack(&ctx, d, "failed on purpose (rmq consume --fail)"));
         futures::future::join_all(nacks).await
     } else {
-        futures::future::join_all(batch.into_iter().map(ack)).await
+        futures::future::join_all(batch.into_iter().map(|d| ack(&ctx, d))).await
     };
     let secs = started.elapsed().as_secs_f64();
     for (topic, e) in topics.iter().zip(&ends) {
@@ -519,9 +538,15 @@ fn write_delivery(buf: &mut Vec<u8>, out: Out, m: &rmq::Received) -> CliResult {
     Ok(())
 }
 
-async fn ack(d: Delivery) -> Ended {
+async fn ack(ctx: &Ctx, d: Delivery) -> Ended {
+    let m = ctx.finisher.as_ref().map(|_| d.message().clone());
     match d.ack().await {
-        Ok(()) => Ended::Acked,
+        Ok(()) => {
+            if let (Some(f), Some(m)) = (&ctx.finisher, m) {
+                f.acked(&m);
+            }
+            Ended::Acked
+        }
         Err(e) => {
             output::warn_line(&format!("could not ack a message: {e}"));
             Ended::Failed
@@ -529,9 +554,15 @@ async fn ack(d: Delivery) -> Ended {
     }
 }
 
-async fn nack(d: Delivery, error: &str) -> Ended {
+async fn nack(ctx: &Ctx, d: Delivery, error: &str) -> Ended {
+    let m = ctx.finisher.as_ref().map(|_| d.message().clone());
     match d.nack(None, error).await {
-        Ok(Settled::Dead) => Ended::Dead,
+        Ok(Settled::Dead) => {
+            if let (Some(f), Some(m)) = (&ctx.finisher, m) {
+                f.dead(&m, error);
+            }
+            Ended::Dead
+        }
         Ok(Settled::Cancelled) => Ended::Cancelled,
         Ok(_) => Ended::Retried,
         Err(e) => {

@@ -1,0 +1,169 @@
+//! Recovery after Redis lost data: every row the store holds as queued
+//! (sent to Redis, not known to be finished) is looked up in Redis; a key
+//! Redis no longer has goes back to `stored`, so a relay sends it again.
+//!
+//! A key still in Redis (pending, waiting for a retry, in flight) is left
+//! alone, so recovery never doubles a message Redis kept. A key that is a
+//! dead letter in Redis is marked dead. What recovery cannot tell apart is
+//! a key Redis lost from a key that was acked but whose ack the store has
+//! not heard of (a consumer that died within its finisher's 50 ms, or
+//! reports still queued while PostgreSQL was down): those are delivered
+//! again.
+
+use futures::{StreamExt, TryStreamExt};
+use rmq::State;
+
+use crate::error::Result;
+use crate::topics::StoredTopic;
+
+/// Rows looked at per round.
+const BATCH: i64 = 1_000;
+/// Lookups in flight at once.
+const LOOKUPS: usize = 64;
+
+/// What a recovery did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Queued rows looked up in Redis.
+    pub checked: u64,
+    /// Of those, still in Redis: left alone.
+    pub still_in_redis: u64,
+    /// Not in Redis: back to stored, to be sent again.
+    pub requeued: u64,
+    /// Not in Redis, and a newer send of the key was already stored: merged
+    /// into it (kind's rule) and marked done.
+    pub merged: u64,
+    /// Dead letters in Redis that the store had not heard of: marked dead.
+    pub dead: u64,
+}
+
+impl Recovered {
+    pub(crate) fn add(&mut self, o: &Recovered) {
+        self.checked += o.checked;
+        self.still_in_redis += o.still_in_redis;
+        self.requeued += o.requeued;
+        self.merged += o.merged;
+        self.dead += o.dead;
+    }
+}
+
+struct Queued {
+    id: i64,
+    key: Vec<u8>,
+    basis: Option<Vec<u8>>,
+}
+
+/// Recovers one topic. `redis` must have the topic defined.
+pub(crate) async fn topic(
+    pg: &tokio_postgres::Client,
+    redis: &rmq::Client,
+    stored: &StoredTopic,
+) -> Result<Recovered> {
+    let topic = redis.topic(stored.name()).await?;
+    let mut done = Recovered::default();
+    let mut after = 0i64;
+    loop {
+        let rows = pg
+            .query(
+                "SELECT id, merge_key, slot_basis FROM rmq_messages
+                 WHERE topic = $1 AND status = 'queued' AND id > $2 ORDER BY id LIMIT $3",
+                &[&stored.name(), &after, &BATCH],
+            )
+            .await?;
+        let Some(last) = rows.last() else {
+            return Ok(done);
+        };
+        after = last.try_get(0)?;
+        let queued: Vec<Queued> = rows
+            .iter()
+            .map(|r| {
+                Ok(Queued {
+                    id: r.try_get(0)?,
+                    key: r.try_get(1)?,
+                    basis: r.try_get(2)?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let lookups: Vec<_> = queued
+            .into_iter()
+            .map(|q| {
+                let topic = topic.clone();
+                async move {
+                    let basis = q.basis.unwrap_or_else(|| q.key.clone());
+                    topic.get_in(&q.key, &basis).await.map(|l| (q.id, l.state))
+                }
+            })
+            .collect();
+        let states: Vec<(i64, State)> = futures::stream::iter(lookups)
+            .buffered(LOOKUPS)
+            .try_collect()
+            .await?;
+        for (id, state) in states {
+            done.checked += 1;
+            match state {
+                State::Absent => {
+                    if requeue(pg, id, stored.spec().kind).await? {
+                        done.requeued += 1;
+                    } else {
+                        done.merged += 1;
+                    }
+                }
+                State::Dead => {
+                    pg.execute(
+                        "UPDATE rmq_messages SET status = 'dead', error = 'a dead letter in Redis',
+                                finished_at = now(), updated_at = now()
+                         WHERE id = $1 AND status = 'queued'",
+                        &[&id],
+                    )
+                    .await?;
+                    done.dead += 1;
+                }
+                _ => done.still_in_redis += 1,
+            }
+        }
+    }
+}
+
+/// Puts a queued row back to stored; if a row of the same key is stored
+/// already, merges the two by the kind's rule instead (the newer send's
+/// payload, priority and fixed time; range-merge's earlier due time) and
+/// marks this one done. Returns true when it was put back.
+async fn requeue(pg: &tokio_postgres::Client, id: i64, kind: rmq::TopicKind) -> Result<bool> {
+    let back = pg
+        .execute(
+            "UPDATE rmq_messages m SET status = 'stored', updated_at = now()
+             WHERE m.id = $1 AND m.status = 'queued' AND NOT EXISTS (
+                 SELECT 1 FROM rmq_messages s WHERE s.status = 'stored'
+                   AND s.topic = m.topic AND s.slot = m.slot AND s.merge_key = m.merge_key)",
+            &[&id],
+        )
+        .await?;
+    if back == 1 {
+        return Ok(true);
+    }
+    let due = match kind {
+        rmq::TopicKind::RangeMerge => "least(s.due_ms, o.due_ms)",
+        _ => "CASE WHEN o.id > s.id THEN o.due_ms ELSE s.due_ms END",
+    };
+    let load = match kind {
+        rmq::TopicKind::FixedTime => "CASE WHEN o.id > s.id THEN o.load_ms ELSE s.load_ms END",
+        _ => "0",
+    };
+    let sql = format!(
+        "WITH o AS (SELECT * FROM rmq_messages WHERE id = $1 AND status = 'queued'),
+              merged AS (
+                UPDATE rmq_messages s SET
+                    payload = CASE WHEN o.id > s.id THEN o.payload ELSE s.payload END,
+                    priority = CASE WHEN o.id > s.id THEN o.priority ELSE s.priority END,
+                    due_ms = {due}, load_ms = {load}, sends = s.sends + o.sends, updated_at = now()
+                FROM o
+                WHERE s.status = 'stored' AND s.topic = o.topic AND s.slot = o.slot
+                  AND s.merge_key = o.merge_key
+                RETURNING s.id)
+         UPDATE rmq_messages SET status = 'done', finished_at = now(), updated_at = now(),
+                error = 'merged at recovery into row ' || (SELECT id FROM merged)
+         WHERE id = $1 AND status = 'queued' AND EXISTS (SELECT 1 FROM merged)"
+    );
+    pg.execute(&sql, &[&id]).await?;
+    Ok(false)
+}

@@ -1,0 +1,137 @@
+//! Recovery after Redis lost its data: nothing committed and not yet acked
+//! is lost, and what Redis still has is not doubled.
+#![allow(clippy::unwrap_used)]
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::*;
+use rmq::{Message, State, TopicKind, TopicSpec};
+
+async fn flushall(redis: &RedisServer) {
+    let c = redis::Client::open(redis.url()).unwrap();
+    let mut conn = c.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_flushall_the_relay_recovers_every_message_not_acked() {
+    let s = setup().await;
+    let (stored, topic) = s
+        .define(TopicSpec::new("t", TopicKind::Priority).slots(8))
+        .await;
+    let app = s.app().await;
+    let batch: Vec<Message> = (0..1_000)
+        .map(|i| {
+            Message::new(format!("m{i}"))
+                .key(format!("k{i}"))
+                .priority(1)
+        })
+        .collect();
+    stored.send_batch(&app, &batch).await.unwrap();
+    let relay = s.relay(fast("r")).await;
+    eventually(Duration::from_secs(10), "all queued", || async {
+        s.store.counts("t").await.unwrap().queued == 1_000
+    })
+    .await;
+    // 400 are consumed and acked (and reported) before Redis loses all.
+    let finisher = s.store.finisher().await.unwrap();
+    let first = consume_exactly(&topic, &finisher, 400, Duration::from_secs(10)).await;
+    let acked: HashSet<Vec<u8>> = first.iter().map(|m| m.key.clone()).collect();
+    assert_eq!(first.len(), 400);
+    flushall(&s.redis).await;
+    // The relay sees the topic gone, defines it again and recovers.
+    eventually(Duration::from_secs(10), "topic defined again", || async {
+        s.client.topic("t").await.is_ok()
+    })
+    .await;
+    let topic = s.client.topic("t").await.unwrap();
+    let rest = consume(
+        &topic,
+        &finisher,
+        1_000 - acked.len(),
+        Duration::from_secs(20),
+    )
+    .await;
+    let report = relay.stop().await;
+    let again: HashSet<Vec<u8>> = rest.iter().map(|m| m.key.clone()).collect();
+    assert_eq!(again.len(), rest.len(), "each recovered message once");
+    assert!(acked.is_disjoint(&again), "an acked message came back");
+    assert_eq!(
+        acked.len() + again.len(),
+        1_000,
+        "every message not acked came back"
+    );
+    assert_eq!(
+        report.recovered.requeued as usize,
+        1_000 - acked.len(),
+        "{report:?}"
+    );
+    let c = s.store.counts("t").await.unwrap();
+    assert_eq!((c.stored, c.queued, c.done), (0, 0, 1_000), "{c:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_requeues_only_what_redis_lost_and_never_doubles_what_it_kept() {
+    let s = setup().await;
+    let (stored, topic) = s
+        .define(TopicSpec::new("t", TopicKind::Priority).slots(4))
+        .await;
+    let app = s.app().await;
+    let batch: Vec<Message> = (0..300)
+        .map(|i| {
+            Message::new(format!("m{i}"))
+                .key(format!("k{i}"))
+                .priority(1)
+        })
+        .collect();
+    stored.send_batch(&app, &batch).await.unwrap();
+    let relay = s.relay(fast("r")).await;
+    eventually(Duration::from_secs(10), "all queued", || async {
+        s.store.counts("t").await.unwrap().queued == 300
+    })
+    .await;
+    relay.stop().await;
+    // A failover that lost some writes: 100 keys vanish, the topic stays.
+    for i in 0..100 {
+        let key = format!("k{i}");
+        let out = topic.cancel(&[key.as_bytes()]).await.unwrap();
+        assert!(
+            matches!(out[0], rmq::CancelOutcome::Cancelled(_)),
+            "{out:?}"
+        );
+    }
+    // One is in flight when recovery runs: it must not be doubled.
+    let stop = rmq::CancellationToken::new();
+    let mut deliveries = topic
+        .consumer()
+        .concurrency(1)
+        .batch(1)
+        .stream(stop.clone());
+    let held = futures::StreamExt::next(&mut deliveries).await.unwrap();
+    assert_eq!(
+        topic.get(&held.message().key).await.unwrap().state,
+        State::InFlight
+    );
+    let r = s.store.recover(&s.client, Some("t")).await.unwrap();
+    assert_eq!(
+        (r.checked, r.requeued, r.still_in_redis),
+        (300, 100, 200),
+        "{r:?}"
+    );
+    held.ack().await.unwrap();
+    stop.cancel();
+    deliveries.close().await;
+    let relay = s.relay(fast("r")).await;
+    let finisher = s.store.finisher().await.unwrap();
+    let got = consume(&topic, &finisher, 299, Duration::from_secs(20)).await;
+    relay.stop().await;
+    let keys: HashSet<Vec<u8>> = got.iter().map(|m| m.key.clone()).collect();
+    assert_eq!(keys.len(), got.len(), "nothing doubled");
+    assert_eq!(
+        keys.len(),
+        299,
+        "the 100 lost ones came back, the in-flight one was not re-sent"
+    );
+}
