@@ -43,6 +43,13 @@ pub(crate) struct Args {
     /// slots on Redis and on ZooKeeper. Ignores --redis, --cluster and --only.
     #[arg(long, conflicts_with_all = ["instructions", "forward"])]
     pub(crate) coordination: bool,
+    /// Measure the PostgreSQL message store instead (a throwaway PostgreSQL
+    /// and Redis): outbox sends, relay throughput, commit-to-handler
+    /// latency, and Redis memory for 10M messages due over 30 days (at
+    /// scale 1) in Redis alone and through the store. Ignores --redis,
+    /// --cluster and --only.
+    #[arg(long, conflicts_with_all = ["instructions", "forward", "coordination"])]
+    pub(crate) store: bool,
     /// Run only the scenarios whose name contains one of these (comma separated);
     /// "NAME PARAMS" (e.g. "consume concurrency=128 batch=64") runs one case.
     #[arg(long, value_delimiter = ',')]

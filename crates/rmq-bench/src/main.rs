@@ -31,6 +31,7 @@ mod redis_stats;
 mod report;
 mod runner;
 mod send;
+mod store;
 mod suite;
 mod workload;
 
@@ -61,6 +62,9 @@ fn main() -> std::process::ExitCode {
     }
     if args.coordination {
         return measure_coordination(scale, args.smoke);
+    }
+    if args.store {
+        return measure_store(scale);
     }
     // The throwaway server lives until the end of main (dropping it kills it).
     let server = match (&args.redis, args.cluster) {
@@ -171,6 +175,22 @@ fn measure_coordination(scale: f64, smoke: bool) -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rmq-bench --coordination: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--store`: the PostgreSQL message store (see `store.rs`).
+fn measure_store(scale: f64) -> std::process::ExitCode {
+    let Some(rt) = runtime() else {
+        return std::process::ExitCode::FAILURE;
+    };
+    let result = rt.block_on(store::measure(scale));
+    rt.shutdown_timeout(Duration::from_secs(5));
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rmq-bench --store: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }

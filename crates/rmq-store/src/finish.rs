@@ -6,11 +6,18 @@
 //! was taken (`queued_ms <= taken_ms`): the rows whose content the delivery
 //! carried. A row the relay sent after the take (a new send of the key
 //! while it was in flight) stays queued for the delivery that follows.
-//! Reports that cannot be written (PostgreSQL down) are kept and retried;
-//! a consumer that dies loses the reports of its last 50 ms, and those rows
+//! A report that finished no row is tried again every 200 ms for 5 s: the
+//! delivery may have been taken and acked before the relay that moved its
+//! row committed (the row is still `stored` then).
+//!
+//! Reports that cannot be written because PostgreSQL is unreachable are
+//! kept and retried; reports PostgreSQL refuses are logged and dropped. A
+//! consumer that dies loses the reports of its last 50 ms, and those rows
 //! stay queued (see `Store::recover` for what that means).
 
 use std::time::Duration;
+
+use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -20,13 +27,24 @@ use crate::error::Result;
 const LINGER: Duration = Duration::from_millis(50);
 /// The most reports one statement writes.
 const MOST: usize = 1_000;
+/// A report that matched no row is tried again this often...
+const RETRY_EVERY: Duration = Duration::from_millis(200);
+/// ... for this long after it was made.
+const RETRY_FOR: Duration = Duration::from_secs(5);
 
 struct Finished {
     topic: String,
     slot: i32,
     key: Vec<u8>,
     taken_ms: i64,
-    dead: Option<String>,
+    how: How,
+}
+
+/// How a delivery finished.
+enum How {
+    Acked,
+    Dead(String),
+    Cancelled,
 }
 
 enum Report {
@@ -49,24 +67,31 @@ impl Finisher {
         Ok(Finisher { tx })
     }
 
-    fn report(&self, m: &rmq::Received, dead: Option<String>) {
+    fn report(&self, m: &rmq::Received, how: How) {
         let _ = self.tx.send(Report::Finished(Finished {
             topic: m.topic.clone(),
             slot: i32::try_from(m.slot).unwrap_or(i32::MAX),
             key: m.key.clone(),
             taken_ms: m.taken_ms,
-            dead,
+            how,
         }));
     }
 
     /// The delivery was acked.
     pub fn acked(&self, m: &rmq::Received) {
-        self.report(m, None);
+        self.report(m, How::Acked);
     }
 
     /// The delivery went to the dead letters with `error`.
     pub fn dead(&self, m: &rmq::Received, error: &str) {
-        self.report(m, Some(error.to_string()));
+        // PostgreSQL's text cannot hold NUL.
+        self.report(m, How::Dead(error.replace('\0', "\u{fffd}")));
+    }
+
+    /// The message was cancelled while in flight (its settle said
+    /// [`rmq::Settled::Cancelled`]): it is finished, not to come back.
+    pub fn cancelled(&self, m: &rmq::Received) {
+        self.report(m, How::Cancelled);
     }
 
     /// Waits until every report made before the call is written.
@@ -87,31 +112,59 @@ fn take(r: Report, batch: &mut Vec<Finished>, waiters: &mut Vec<oneshot::Sender<
 
 /// Writes reports in batches until every `Finisher` is dropped; a batch
 /// that fails is retried (reconnecting if the connection closed) until it
-/// is written.
+/// is written. A report that matched no row is tried again every 200 ms
+/// for 5 s: its row may be one a relay is still committing (the report's
+/// update saw it `stored`, without a `queued_ms`).
 async fn write_loop(
     mut pg: tokio_postgres::Client,
     conninfo: String,
     mut rx: mpsc::UnboundedReceiver<Report>,
 ) {
-    while let Some(first) = rx.recv().await {
+    let mut later: Vec<Retry> = Vec::new();
+    let mut open = true;
+    while open || !later.is_empty() {
         let (mut batch, mut waiters) = (Vec::new(), Vec::new());
-        take(first, &mut batch, &mut waiters);
-        let deadline = tokio::time::Instant::now() + LINGER;
-        while batch.len() < MOST && waiters.is_empty() {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(r)) => take(r, &mut batch, &mut waiters),
-                Ok(None) | Err(_) => break,
+        let next_retry = later.iter().map(|r| r.tried + RETRY_EVERY).min();
+        let first = match next_retry {
+            Some(at) if open => tokio::time::timeout_at(at.into(), rx.recv()).await.ok(),
+            Some(at) => {
+                tokio::time::sleep_until(at.into()).await;
+                None
+            }
+            None => Some(rx.recv().await),
+        };
+        match first {
+            Some(Some(r)) => take(r, &mut batch, &mut waiters),
+            Some(None) => open = false,
+            None => {}
+        }
+        if !batch.is_empty() {
+            let deadline = tokio::time::Instant::now() + LINGER;
+            while open && batch.len() < MOST && waiters.is_empty() {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(r)) => take(r, &mut batch, &mut waiters),
+                    Ok(None) => open = false,
+                    Err(_) => break,
+                }
             }
         }
-        let mut backoff = Duration::from_millis(100);
-        while let Err(e) = write(&pg, &batch).await {
-            tracing::warn!(error = %e, reports = batch.len(), "cannot write finished deliveries to the store; retrying");
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-            if pg.is_closed() {
-                if let Ok(c) = crate::store::connect(&conninfo).await {
-                    pg = c;
-                }
+        let now = Instant::now();
+        let mut first_seen = vec![now; batch.len()];
+        let (due, not_yet): (Vec<Retry>, Vec<Retry>) =
+            later.drain(..).partition(|r| r.tried + RETRY_EVERY <= now);
+        later = not_yet;
+        for r in due {
+            batch.push(r.report);
+            first_seen.push(r.first);
+        }
+        let matched = write_until_done(&mut pg, &conninfo, &batch).await;
+        for ((report, first), hit) in batch.into_iter().zip(first_seen).zip(matched) {
+            if !hit && first.elapsed() < RETRY_FOR {
+                later.push(Retry {
+                    tried: now,
+                    first,
+                    report,
+                });
             }
         }
         for w in waiters {
@@ -120,9 +173,49 @@ async fn write_loop(
     }
 }
 
-async fn write(pg: &tokio_postgres::Client, batch: &[Finished]) -> Result<()> {
+/// A report that matched no row yet.
+struct Retry {
+    tried: Instant,
+    first: Instant,
+    report: Finished,
+}
+
+/// Writes a batch, retrying while PostgreSQL is unreachable; returns per
+/// report whether it finished a row (all true for a batch PostgreSQL
+/// refused: it is dropped, logged).
+async fn write_until_done(
+    pg: &mut tokio_postgres::Client,
+    conninfo: &str,
+    batch: &[Finished],
+) -> Vec<bool> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match write(pg, batch).await {
+            Ok(m) => return m,
+            Err(e) => {
+                if let crate::StoreError::Postgres(pe) = &e {
+                    if pe.code().is_some() {
+                        tracing::error!(error = %e, reports = batch.len(), "the store refused finished-delivery reports; dropped");
+                        return vec![true; batch.len()];
+                    }
+                }
+                tracing::warn!(error = %e, reports = batch.len(), "cannot write finished deliveries to the store; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                if pg.is_closed() {
+                    if let Ok(c) = crate::store::connect(conninfo).await {
+                        *pg = c;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Writes the reports; returns, per report, whether it finished a row.
+async fn write(pg: &tokio_postgres::Client, batch: &[Finished]) -> Result<Vec<bool>> {
     if batch.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let (mut topics, mut slots, mut keys, mut taken, mut status, mut errors) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
@@ -131,18 +224,32 @@ async fn write(pg: &tokio_postgres::Client, batch: &[Finished]) -> Result<()> {
         slots.push(f.slot);
         keys.push(f.key.as_slice());
         taken.push(f.taken_ms);
-        status.push(if f.dead.is_some() { "dead" } else { "done" });
-        errors.push(f.dead.as_deref());
+        let (st, error) = match &f.how {
+            How::Acked => ("done", None),
+            How::Cancelled => ("done", Some("cancelled")),
+            How::Dead(e) => ("dead", Some(e.as_str())),
+        };
+        status.push(st);
+        errors.push(error);
     }
-    pg.execute(
-        "UPDATE rmq_messages m SET status = f.status, error = f.error,
-                finished_at = now(), updated_at = now()
-         FROM unnest($1::text[], $2::int4[], $3::bytea[], $4::int8[], $5::text[], $6::text[])
-              AS f(topic, slot, merge_key, taken_ms, status, error)
-         WHERE m.status = 'queued' AND m.topic = f.topic AND m.merge_key = f.merge_key
-           AND m.slot = f.slot AND m.queued_ms <= f.taken_ms",
-        &[&topics, &slots, &keys, &taken, &status, &errors],
-    )
-    .await?;
-    Ok(())
+    let rows = pg
+        .query(
+            "UPDATE rmq_messages m SET status = f.status, error = f.error,
+                    finished_at = now(), updated_at = now()
+             FROM unnest($1::text[], $2::int4[], $3::bytea[], $4::int8[], $5::text[], $6::text[])
+                  WITH ORDINALITY AS f(topic, slot, merge_key, taken_ms, status, error, n)
+             WHERE m.status = 'queued' AND m.topic = f.topic AND m.merge_key = f.merge_key
+               AND m.slot = f.slot AND m.queued_ms <= f.taken_ms
+             RETURNING f.n",
+            &[&topics, &slots, &keys, &taken, &status, &errors],
+        )
+        .await?;
+    let mut matched = vec![false; batch.len()];
+    for r in rows {
+        let n: i64 = r.try_get(0)?;
+        if let Some(m) = usize::try_from(n - 1).ok().and_then(|i| matched.get_mut(i)) {
+            *m = true;
+        }
+    }
+    Ok(matched)
 }

@@ -121,8 +121,15 @@ pub(crate) async fn insert(
     let priorities: Vec<Option<i64>> = rows.iter().map(|r| r.priority).collect();
     let dues: Vec<Option<i64>> = rows.iter().map(|r| r.due).collect();
     let relative: Vec<bool> = rows.iter().map(|r| r.relative).collect();
+    // A fixed-time row loads when its due time enters the relay's window;
+    // but if Redis holds the key already (a queued row), it loads at once,
+    // so that its new due time and payload merge into the copy in Redis as
+    // a send straight to Redis would (else Redis would deliver the old
+    // payload at the old time, and this one later).
     let load = if spec.kind == TopicKind::FixedTime {
-        "d.due"
+        "CASE WHEN EXISTS (SELECT 1 FROM rmq_messages q WHERE q.status = 'queued'
+              AND q.topic = $1 AND q.merge_key = r.merge_key AND q.slot = r.slot)
+         THEN 0 ELSE d.due END"
     } else {
         "0"
     };

@@ -35,6 +35,9 @@ pub struct Recovered {
     pub merged: u64,
     /// Dead letters in Redis that the store had not heard of: marked dead.
     pub dead: u64,
+    /// Not in Redis, but the key's rows kept changing under the recovery
+    /// (relays and sends at work): left queued; run the recovery again.
+    pub unsettled: u64,
 }
 
 impl Recovered {
@@ -44,6 +47,7 @@ impl Recovered {
         self.requeued += o.requeued;
         self.merged += o.merged;
         self.dead += o.dead;
+        self.unsettled += o.unsettled;
     }
 }
 
@@ -51,6 +55,7 @@ struct Queued {
     id: i64,
     key: Vec<u8>,
     basis: Option<Vec<u8>>,
+    queued_ms: i64,
 }
 
 /// Recovers one topic. `redis` must have the topic defined.
@@ -65,7 +70,7 @@ pub(crate) async fn topic(
     loop {
         let rows = pg
             .query(
-                "SELECT id, merge_key, slot_basis FROM rmq_messages
+                "SELECT id, merge_key, slot_basis, coalesce(queued_ms, 0) FROM rmq_messages
                  WHERE topic = $1 AND status = 'queued' AND id > $2 ORDER BY id LIMIT $3",
                 &[&stored.name(), &after, &BATCH],
             )
@@ -81,6 +86,7 @@ pub(crate) async fn topic(
                     id: r.try_get(0)?,
                     key: r.try_get(1)?,
                     basis: r.try_get(2)?,
+                    queued_ms: r.try_get(3)?,
                 })
             })
             .collect::<Result<_>>()?;
@@ -90,7 +96,15 @@ pub(crate) async fn topic(
                 let topic = topic.clone();
                 async move {
                     let basis = q.basis.unwrap_or_else(|| q.key.clone());
-                    topic.get_in(&q.key, &basis).await.map(|l| (q.id, l.state))
+                    topic.get_in(&q.key, &basis).await.map(|l| {
+                        // A dead letter older than the row's send is an
+                        // earlier message of the key: this one was lost.
+                        let state = match (l.state, l.dead) {
+                            (State::Dead, Some(d)) if d.dead_at_ms < q.queued_ms => State::Absent,
+                            (s, _) => s,
+                        };
+                        (q.id, state)
+                    })
                 }
             })
             .collect();
@@ -101,13 +115,11 @@ pub(crate) async fn topic(
         for (id, state) in states {
             done.checked += 1;
             match state {
-                State::Absent => {
-                    if requeue(pg, id, stored.spec().kind).await? {
-                        done.requeued += 1;
-                    } else {
-                        done.merged += 1;
-                    }
-                }
+                State::Absent => match requeue(pg, id, stored.spec().kind).await? {
+                    Some(true) => done.requeued += 1,
+                    Some(false) => done.merged += 1,
+                    None => done.unsettled += 1,
+                },
                 State::Dead => {
                     pg.execute(
                         "UPDATE rmq_messages SET status = 'dead', error = 'a dead letter in Redis',
@@ -127,20 +139,14 @@ pub(crate) async fn topic(
 /// Puts a queued row back to stored; if a row of the same key is stored
 /// already, merges the two by the kind's rule instead (the newer send's
 /// payload, priority and fixed time; range-merge's earlier due time) and
-/// marks this one done. Returns true when it was put back.
-async fn requeue(pg: &tokio_postgres::Client, id: i64, kind: rmq::TopicKind) -> Result<bool> {
-    let back = pg
-        .execute(
-            "UPDATE rmq_messages m SET status = 'stored', updated_at = now()
-             WHERE m.id = $1 AND m.status = 'queued' AND NOT EXISTS (
-                 SELECT 1 FROM rmq_messages s WHERE s.status = 'stored'
-                   AND s.topic = m.topic AND s.slot = m.slot AND s.merge_key = m.merge_key)",
-            &[&id],
-        )
-        .await?;
-    if back == 1 {
-        return Ok(true);
-    }
+/// marks this one done. Returns Some(true) when it was put back,
+/// Some(false) when merged, None when a relay or an outbox send kept
+/// changing the key's rows under it (the row stays queued; recover again).
+async fn requeue(
+    pg: &tokio_postgres::Client,
+    id: i64,
+    kind: rmq::TopicKind,
+) -> Result<Option<bool>> {
     let due = match kind {
         rmq::TopicKind::RangeMerge => "least(s.due_ms, o.due_ms)",
         _ => "CASE WHEN o.id > s.id THEN o.due_ms ELSE s.due_ms END",
@@ -149,7 +155,7 @@ async fn requeue(pg: &tokio_postgres::Client, id: i64, kind: rmq::TopicKind) -> 
         rmq::TopicKind::FixedTime => "CASE WHEN o.id > s.id THEN o.load_ms ELSE s.load_ms END",
         _ => "0",
     };
-    let sql = format!(
+    let merge = format!(
         "WITH o AS (SELECT * FROM rmq_messages WHERE id = $1 AND status = 'queued'),
               merged AS (
                 UPDATE rmq_messages s SET
@@ -164,6 +170,37 @@ async fn requeue(pg: &tokio_postgres::Client, id: i64, kind: rmq::TopicKind) -> 
                 error = 'merged at recovery into row ' || (SELECT id FROM merged)
          WHERE id = $1 AND status = 'queued' AND EXISTS (SELECT 1 FROM merged)"
     );
-    pg.execute(&sql, &[&id]).await?;
-    Ok(false)
+    for _ in 0..3 {
+        let back = pg
+            .execute(
+                "UPDATE rmq_messages m SET status = 'stored', updated_at = now()
+                 WHERE m.id = $1 AND m.status = 'queued' AND NOT EXISTS (
+                     SELECT 1 FROM rmq_messages s WHERE s.status = 'stored'
+                       AND s.topic = m.topic AND s.slot = m.slot AND s.merge_key = m.merge_key)",
+                &[&id],
+            )
+            .await;
+        match back {
+            Ok(1) => return Ok(Some(true)),
+            Ok(_) => {}
+            // An outbox send stored the key meanwhile: merge instead.
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if pg.execute(&merge, &[&id]).await? == 1 {
+            return Ok(Some(false));
+        }
+        let still_queued = pg
+            .query_opt(
+                "SELECT 1 FROM rmq_messages WHERE id = $1 AND status = 'queued'",
+                &[&id],
+            )
+            .await?
+            .is_some();
+        if !still_queued {
+            // Finished meanwhile (a late ack report): nothing to do.
+            return Ok(Some(false));
+        }
+    }
+    Ok(None)
 }

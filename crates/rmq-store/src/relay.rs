@@ -79,6 +79,8 @@ pub struct Relay {
     pg: tokio_postgres::Client,
     topics: HashMap<String, (StoredTopic, rmq::Topic)>,
     checked: Option<Instant>,
+    /// Topics found missing in Redis whose recovery has not finished yet.
+    to_recover: std::collections::HashSet<String>,
     report: RelayReport,
 }
 
@@ -117,6 +119,7 @@ impl Relay {
             pg,
             topics: HashMap::new(),
             checked: None,
+            to_recover: std::collections::HashSet::new(),
             report: RelayReport::default(),
         })
     }
@@ -126,7 +129,10 @@ impl Relay {
     /// unreachable) are logged and retried; the report says what it did.
     pub async fn run(mut self, cancel: CancellationToken) -> RelayReport {
         let wake = Arc::new(Notify::new());
-        tokio::spawn(listen(self.conninfo.clone(), wake.clone(), cancel.clone()));
+        // The listener ends with the relay, also when `run` is dropped.
+        let listening = cancel.child_token();
+        let _stop_listening = listening.clone().drop_guard();
+        tokio::spawn(listen(self.conninfo.clone(), wake.clone(), listening));
         let mut failing = false;
         let mut pruned_at = Instant::now();
         while !cancel.is_cancelled() {
@@ -192,25 +198,27 @@ impl Relay {
     }
 
     /// Loads the store's topics; defines and recovers any that Redis lost.
+    /// A recovery that fails is tried again at the next check (the topic
+    /// is defined in Redis by then, so only this relay's memory says it
+    /// still needs one).
     async fn check_topics(&mut self) -> Result<()> {
         for stored in topics::load_all(&self.pg).await? {
             let name = stored.name().to_string();
-            match self.redis.topic(&name).await {
-                Ok(t) => {
-                    self.topics.insert(name, (stored, t));
-                }
+            let topic = match self.redis.topic(&name).await {
+                Ok(t) => t,
                 Err(e) if e.kind() == ErrorKind::UnknownTopic => {
-                    let known = self.topics.contains_key(&name);
-                    let t = self.redis.define_topic(stored.spec().clone()).await?;
-                    let r = recover::topic(&self.pg, &self.redis, &stored).await?;
-                    if known || r.requeued > 0 {
-                        tracing::warn!(topic = %name, requeued = r.requeued, merged = r.merged,
-                            "topic vanished from Redis: defined again and recovered from the store");
-                    }
-                    self.report.recovered.add(&r);
-                    self.topics.insert(name, (stored, t));
+                    self.to_recover.insert(name.clone());
+                    self.redis.define_topic(stored.spec().clone()).await?
                 }
                 Err(e) => return Err(e.into()),
+            };
+            self.topics.insert(name.clone(), (stored.clone(), topic));
+            if self.to_recover.contains(&name) {
+                let r = recover::topic(&self.pg, &self.redis, &stored).await?;
+                self.to_recover.remove(&name);
+                tracing::warn!(topic = %name, requeued = r.requeued, merged = r.merged,
+                    "topic vanished from Redis: defined again and recovered from the store");
+                self.report.recovered.add(&r);
             }
         }
         Ok(())
@@ -238,6 +246,7 @@ impl Relay {
             return Ok(0);
         }
         let taken = rows.len();
+        let mut bad: Vec<(i64, String)> = Vec::new();
         let mut by_topic: Vec<(String, Vec<(i64, Message)>)> = Vec::new();
         let queued_ms = now_ms();
         for r in &rows {
@@ -247,32 +256,68 @@ impl Relay {
                 // A topic defined after the last check: look again next round.
                 continue;
             };
-            let m = message_of(stored.spec().kind, r, queued_ms)?;
+            let m = match message_of(stored.spec().kind, r, queued_ms) {
+                Ok(m) => m,
+                Err(e) => {
+                    bad.push((id, e.to_string()));
+                    continue;
+                }
+            };
             match by_topic.iter_mut().find(|(t, _)| *t == topic) {
                 Some((_, v)) => v.push((id, m)),
                 None => by_topic.push((topic, vec![(id, m)])),
             }
         }
         let mut round = Round {
-            held: taken - by_topic.iter().map(|(_, v)| v.len()).sum::<usize>(),
+            held: taken - bad.len() - by_topic.iter().map(|(_, v)| v.len()).sum::<usize>(),
+            refused: bad,
             ..Round::default()
         };
         for (name, items) in &by_topic {
             let Some((_, topic)) = self.topics.get(name) else {
                 continue;
             };
-            for chunk in items.chunks(rmq::MAX_BATCH) {
+            // One message that does not fit the topic as Redis defines it
+            // now (a lowered payload limit) would refuse its whole batch:
+            // it goes dead alone.
+            let spec = topic.spec();
+            let mut fit = Vec::with_capacity(items.len());
+            for (id, m) in items {
+                match m.check(&spec) {
+                    Ok(()) => fit.push((*id, m.clone())),
+                    Err(e) => round.refused.push((*id, e.to_string())),
+                }
+            }
+            for chunk in fit.chunks(rmq::MAX_BATCH) {
                 let messages: Vec<Message> = chunk.iter().map(|(_, m)| m.clone()).collect();
                 let report = topic.send_batch(&messages).await?;
-                for ((id, _), r) in chunk.iter().zip(report.results) {
+                let mut late = Vec::new();
+                for ((id, m), r) in chunk.iter().zip(report.results) {
                     match r {
                         Ok(_) => round.queued.push(*id),
+                        // Due by Redis's clock already: due at once.
+                        Err(e) if e.kind() == ErrorKind::PastDue => {
+                            late.push((*id, m.clone().delay(Duration::ZERO)));
+                        }
                         Err(e) if refused_for_good(e.kind()) => {
-                            round.refused.push((*id, e.to_string()))
+                            round.refused.push((*id, e.to_string()));
                         }
                         Err(e) => {
                             tracing::debug!(error = %e, "Redis refused a row for now; it stays stored");
                             round.held += 1;
+                        }
+                    }
+                }
+                if !late.is_empty() {
+                    let messages: Vec<Message> = late.iter().map(|(_, m)| m.clone()).collect();
+                    let report = topic.send_batch(&messages).await?;
+                    for ((id, _), r) in late.iter().zip(report.results) {
+                        match r {
+                            Ok(_) => round.queued.push(*id),
+                            Err(e) if refused_for_good(e.kind()) => {
+                                round.refused.push((*id, e.to_string()));
+                            }
+                            Err(_) => round.held += 1,
                         }
                     }
                 }
@@ -364,9 +409,11 @@ fn message_of(kind: TopicKind, r: &tokio_postgres::Row, now: i64) -> Result<Mess
 /// relay; reconnects after a lost connection (the relay polls meanwhile).
 async fn listen(conninfo: String, wake: Arc<Notify>, cancel: CancellationToken) {
     while !cancel.is_cancelled() {
-        if let Ok((client, mut connection)) =
-            tokio_postgres::connect(&conninfo, tokio_postgres::NoTls).await
-        {
+        let connected = match crate::store::config(&conninfo) {
+            Ok(c) => c.connect(tokio_postgres::NoTls).await.ok(),
+            Err(_) => None,
+        };
+        if let Some((client, mut connection)) = connected {
             let messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
             let wake2 = wake.clone();
             let driver = tokio::spawn(async move {

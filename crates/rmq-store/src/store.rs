@@ -14,13 +14,26 @@ use crate::{recover, retention, schema, Finisher, Recovered};
 /// `host=… port=… user=…`; no TLS) and drives the connection in a task of
 /// its own. The task ends when the client is dropped.
 pub(crate) async fn connect(conninfo: &str) -> Result<tokio_postgres::Client> {
-    let (client, connection) = tokio_postgres::connect(conninfo, tokio_postgres::NoTls).await?;
+    let (client, connection) = config(conninfo)?.connect(tokio_postgres::NoTls).await?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "store connection ended");
         }
     });
     Ok(client)
+}
+
+/// The connection settings: `conninfo`'s, with a 10 s connect timeout and
+/// TCP keepalives unless it sets its own, so that a dead server or a
+/// half-open connection is noticed.
+pub(crate) fn config(conninfo: &str) -> Result<tokio_postgres::Config> {
+    let mut config: tokio_postgres::Config = conninfo.parse()?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(std::time::Duration::from_secs(10));
+    }
+    config.keepalives(true);
+    config.keepalives_idle(std::time::Duration::from_secs(30));
+    Ok(config)
 }
 
 /// How many rows of a topic are in each status.

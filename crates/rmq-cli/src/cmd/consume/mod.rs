@@ -360,9 +360,17 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
     let pool_limits = stream.limits();
     // Serial mode: release the slot leases so other members take over at once.
     stream.close().await;
-    // The store hears of every ack and dead letter before we exit.
+    // The store hears of every ack and dead letter before we exit (or
+    // gives up after 10 s: PostgreSQL down; those rows stay queued).
     if let Some(f) = &ctx.finisher {
-        f.flush().await;
+        if tokio::time::timeout(Duration::from_secs(10), f.flush())
+            .await
+            .is_err()
+        {
+            output::warn_line(
+                "the message store did not take the last acks within 10 s; their rows stay queued",
+            );
+        }
     }
 
     if !out.json {
@@ -563,7 +571,12 @@ async fn nack(ctx: &Ctx, d: Delivery, error: &str) -> Ended {
             }
             Ended::Dead
         }
-        Ok(Settled::Cancelled) => Ended::Cancelled,
+        Ok(Settled::Cancelled) => {
+            if let (Some(f), Some(m)) = (&ctx.finisher, m) {
+                f.cancelled(&m);
+            }
+            Ended::Cancelled
+        }
         Ok(_) => Ended::Retried,
         Err(e) => {
             output::warn_line(&format!("could not nack a message: {e}"));
