@@ -5,7 +5,7 @@
 #[non_exhaustive]
 pub enum StoreError {
     /// PostgreSQL failed or could not be reached.
-    #[error("PostgreSQL: {0}")]
+    #[error("PostgreSQL: {}", with_causes(.0))]
     Postgres(#[from] tokio_postgres::Error),
     /// Redis (through rmq) failed.
     #[error(transparent)]
@@ -35,6 +35,22 @@ pub enum StoreError {
     /// hand?).
     #[error("bad row in the store: {0}")]
     BadRow(String),
+}
+
+/// The error and what caused it (`error connecting to server: Connection
+/// refused (os error 111)`): tokio-postgres keeps the cause apart.
+fn with_causes(e: &tokio_postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !text.contains(&c_text) {
+            text.push_str(": ");
+            text.push_str(&c_text);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// `Result` with [`StoreError`].

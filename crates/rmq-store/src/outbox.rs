@@ -145,18 +145,21 @@ pub(crate) async fn insert(
          RETURNING id, NOT (xmax = 0) AS merged, slot, merge_key",
         rule = on_conflict(spec.kind),
     );
+    // Typed parameters: one round trip (an untyped query first asks the
+    // server to prepare the statement).
+    use tokio_postgres::types::Type;
     let returned = db
-        .query(
+        .query_typed(
             &sql,
             &[
-                &spec.name,
-                &slots,
-                &keys,
-                &bases,
-                &payloads,
-                &priorities,
-                &dues,
-                &relative,
+                (&spec.name, Type::TEXT),
+                (&slots, Type::INT4_ARRAY),
+                (&keys, Type::BYTEA_ARRAY),
+                (&bases, Type::BYTEA_ARRAY),
+                (&payloads, Type::BYTEA_ARRAY),
+                (&priorities, Type::INT8_ARRAY),
+                (&dues, Type::INT8_ARRAY),
+                (&relative, Type::BOOL_ARRAY),
             ],
         )
         .await

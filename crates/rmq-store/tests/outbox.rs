@@ -318,3 +318,48 @@ async fn bad_input_is_refused_before_anything_is_written() {
     let err = Store::connect(&bare.conninfo()).await.err();
     assert!(matches!(err, Some(StoreError::NotMigrated)), "{err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_wakes_the_relays_at_once_not_at_their_next_poll() {
+    let s = setup().await;
+    let (stored, topic) = s
+        .define(TopicSpec::new("t", TopicKind::Priority).slots(2))
+        .await;
+    // Relays that would look by themselves only once a minute.
+    let relays = [
+        s.relay(RelayOptions {
+            poll: Duration::from_secs(60),
+            ..fast("a")
+        })
+        .await,
+        s.relay(RelayOptions {
+            poll: Duration::from_secs(60),
+            ..fast("b")
+        })
+        .await,
+    ];
+    // Their first round (and the listener) are done.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut app = s.app().await;
+    for i in 0..5 {
+        let tx = app.transaction().await.unwrap();
+        stored
+            .send(&tx, &Message::new("v").key(format!("k{i}")).priority(1))
+            .await
+            .unwrap();
+        let committed = std::time::Instant::now();
+        tx.commit().await.unwrap();
+        eventually(Duration::from_secs(5), "in Redis", || async {
+            topic.get(format!("k{i}").as_bytes()).await.unwrap().state == State::Pending
+        })
+        .await;
+        let took = committed.elapsed();
+        assert!(
+            took < Duration::from_secs(2),
+            "commit {i} reached Redis after {took:?}: woken by the notification, not the 60 s poll"
+        );
+    }
+    for r in relays {
+        r.stop().await;
+    }
+}

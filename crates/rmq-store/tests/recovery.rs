@@ -135,3 +135,72 @@ async fn recovery_requeues_only_what_redis_lost_and_never_doubles_what_it_kept()
         "the 100 lost ones came back, the in-flight one was not re-sent"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_is_finished_by_recovery_but_an_older_one_does_not_hide_a_lost_message() {
+    let s = setup().await;
+    let (stored, topic) = s
+        .define(
+            TopicSpec::new("t", TopicKind::Priority)
+                .slots(2)
+                .max_attempts(1),
+        )
+        .await;
+    let app = s.app().await;
+    let relay = s.relay(fast("r")).await;
+    // "old" dies in Redis, and nobody tells the store.
+    stored
+        .send(&app, &Message::new("v").key("old").priority(1))
+        .await
+        .unwrap();
+    let stop = rmq::CancellationToken::new();
+    let mut deliveries = topic.consumer().stream(stop.clone());
+    let d = futures::StreamExt::next(&mut deliveries).await.unwrap();
+    assert_eq!(d.nack(None, "boom").await.unwrap(), rmq::Settled::Dead);
+    stop.cancel();
+    deliveries.close().await;
+    // "again" died once before; its new message is queued, then lost.
+    stored
+        .send(&app, &Message::new("v").key("again").priority(1))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "queued", || async {
+        topic.get(b"again").await.unwrap().state == State::Pending
+    })
+    .await;
+    relay.stop().await;
+    let stop = rmq::CancellationToken::new();
+    let mut deliveries = topic.consumer().stream(stop.clone());
+    let d = futures::StreamExt::next(&mut deliveries).await.unwrap();
+    assert_eq!(d.message().key, b"again");
+    assert_eq!(d.nack(None, "boom").await.unwrap(), rmq::Settled::Dead);
+    stop.cancel();
+    deliveries.close().await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    stored
+        .send(&app, &Message::new("v2").key("again").priority(1))
+        .await
+        .unwrap();
+    let relay = s.relay(fast("r")).await;
+    eventually(Duration::from_secs(10), "the new one queued", || async {
+        topic.get(b"again").await.unwrap().state == State::Pending
+    })
+    .await;
+    relay.stop().await;
+    let out = topic.cancel(&[b"again"]).await.unwrap();
+    assert!(
+        matches!(out[0], rmq::CancelOutcome::Cancelled(_)),
+        "{out:?}"
+    );
+    assert_eq!(
+        topic.get(b"again").await.unwrap().state,
+        State::Dead,
+        "only the old dead letter left"
+    );
+    let r = s.store.recover(&s.client, Some("t")).await.unwrap();
+    // "old" and the first "again": dead letters the store had not heard of;
+    // the second "again": lost, back to stored.
+    assert_eq!((r.checked, r.dead, r.requeued), (3, 2, 1), "{r:?}");
+    let c = s.store.counts("t").await.unwrap();
+    assert_eq!((c.stored, c.queued, c.dead), (1, 0, 2), "{c:?}");
+}

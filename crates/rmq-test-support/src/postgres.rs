@@ -101,13 +101,27 @@ impl PostgresServer {
     ///
     /// Panics if PostgreSQL is missing or cannot be started.
     pub fn start() -> PostgresServer {
-        match Self::try_start() {
+        match Self::try_start(false) {
             Ok(s) => s,
             Err(e) => panic!("cannot start PostgreSQL: {e}"),
         }
     }
 
-    fn try_start() -> Result<PostgresServer, String> {
+    /// Like [`PostgresServer::start`], but with `fsync` on (PostgreSQL's
+    /// default): commits wait for the disk, as in production. For
+    /// benchmarks.
+    ///
+    /// # Panics
+    ///
+    /// Panics if PostgreSQL is missing or cannot be started.
+    pub fn start_durable() -> PostgresServer {
+        match Self::try_start(true) {
+            Ok(s) => s,
+            Err(e) => panic!("cannot start PostgreSQL: {e}"),
+        }
+    }
+
+    fn try_start(durable: bool) -> Result<PostgresServer, String> {
         use std::os::unix::process::CommandExt;
         let bin = bin_dir()?;
         let owner = run_as()?;
@@ -160,7 +174,7 @@ impl PostgresServer {
                     "-c",
                     "listen_addresses=127.0.0.1",
                     "-c",
-                    "fsync=off",
+                    if durable { "fsync=on" } else { "fsync=off" },
                     "-c",
                     "max_connections=200",
                     "-c",

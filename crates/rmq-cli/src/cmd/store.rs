@@ -28,7 +28,7 @@ pub enum StoreCmd {
     /// Create or upgrade the store's tables (safe to run again, and from
     /// several processes at once)
     Migrate(Pg),
-    /// Define in the store a topic defined in Redis (`rmq topic define`),
+    /// Define in the store a topic defined in Redis (`rmq topic create`),
     /// with the same settings; sends to the store then go to it
     Define {
         /// Topic name
