@@ -15,6 +15,9 @@ CREATE TABLE rmq_topics (
     kind       text NOT NULL CHECK (kind IN ('priority', 'fixed-time', 'range-merge')),
     slots      integer NOT NULL CHECK (slots > 0),
     spec       jsonb NOT NULL,
+    -- A relay found the topic missing in Redis and its recovery has not
+    -- finished: the next relay's check does it.
+    needs_recovery boolean NOT NULL DEFAULT false,
     defined_at timestamptz NOT NULL DEFAULT now()
 );
 

@@ -6,9 +6,10 @@
 //! was taken (`queued_ms <= taken_ms`): the rows whose content the delivery
 //! carried. A row the relay sent after the take (a new send of the key
 //! while it was in flight) stays queued for the delivery that follows.
-//! A report that finished no row is tried again every 200 ms for 5 s: the
+//! A report that finished no row is tried again every 200 ms for 30 s: the
 //! delivery may have been taken and acked before the relay that moved its
-//! row committed (the row is still `stored` then).
+//! row committed (the row is still `stored` then). `flush` waits for each
+//! report's first try only.
 //!
 //! Reports that cannot be written because PostgreSQL is unreachable are
 //! kept and retried; reports PostgreSQL refuses are logged and dropped. A
@@ -29,8 +30,9 @@ const LINGER: Duration = Duration::from_millis(50);
 const MOST: usize = 1_000;
 /// A report that matched no row is tried again this often...
 const RETRY_EVERY: Duration = Duration::from_millis(200);
-/// ... for this long after it was made.
-const RETRY_FOR: Duration = Duration::from_secs(5);
+/// ... for this long after it was made (longer than a relay's transaction
+/// can stay open while rmq rides out a cluster failover: 15 s).
+const RETRY_FOR: Duration = Duration::from_secs(30);
 
 struct Finished {
     topic: String,
@@ -154,17 +156,28 @@ async fn write_loop(
             later.drain(..).partition(|r| r.tried + RETRY_EVERY <= now);
         later = not_yet;
         for r in due {
+            if batch.len() >= MOST {
+                later.push(r);
+                continue;
+            }
             batch.push(r.report);
             first_seen.push(r.first);
         }
         let matched = write_until_done(&mut pg, &conninfo, &batch).await;
         for ((report, first), hit) in batch.into_iter().zip(first_seen).zip(matched) {
-            if !hit && first.elapsed() < RETRY_FOR {
+            if hit {
+                continue;
+            }
+            if first.elapsed() < RETRY_FOR {
                 later.push(Retry {
                     tried: now,
                     first,
                     report,
                 });
+            } else {
+                // No row of it was ever queued (a message sent to Redis
+                // directly), or its relay never committed.
+                tracing::debug!(topic = %report.topic, "a finished delivery matched no queued row; dropped");
             }
         }
         for w in waiters {
@@ -193,11 +206,23 @@ async fn write_until_done(
         match write(pg, batch).await {
             Ok(m) => return m,
             Err(e) => {
-                if let crate::StoreError::Postgres(pe) = &e {
-                    if pe.code().is_some() {
-                        tracing::error!(error = %e, reports = batch.len(), "the store refused finished-delivery reports; dropped");
-                        return vec![true; batch.len()];
+                if refused(&e) {
+                    if batch.len() > 1 {
+                        // Only the report at fault is dropped.
+                        let mut matched = Vec::with_capacity(batch.len());
+                        for one in batch.chunks(1) {
+                            matched.extend(match write(pg, one).await {
+                                Ok(m) => m,
+                                Err(e) => {
+                                    tracing::error!(error = %e, "the store refused a finished-delivery report; dropped");
+                                    vec![true]
+                                }
+                            });
+                        }
+                        return matched;
                     }
+                    tracing::error!(error = %e, "the store refused a finished-delivery report; dropped");
+                    return vec![true];
                 }
                 tracing::warn!(error = %e, reports = batch.len(), "cannot write finished deliveries to the store; retrying");
                 tokio::time::sleep(backoff).await;
@@ -209,6 +234,21 @@ async fn write_until_done(
                 }
             }
         }
+    }
+}
+
+/// Whether PostgreSQL refused the statement for what it holds (bad data,
+/// a constraint, the statement itself: SQLSTATE classes 22, 23, 42), which
+/// no retry cures. Everything else (a connection lost, a restart, a
+/// deadlock, a cancelled statement, a standby) is retried.
+fn refused(e: &crate::StoreError) -> bool {
+    match e {
+        crate::StoreError::Postgres(pe) => pe.code().is_some_and(|c| {
+            ["22", "23", "42"]
+                .iter()
+                .any(|class| c.code().starts_with(class))
+        }),
+        _ => false,
     }
 }
 

@@ -176,7 +176,10 @@ async fn requeue(
                 "UPDATE rmq_messages m SET status = 'stored', updated_at = now()
                  WHERE m.id = $1 AND m.status = 'queued' AND NOT EXISTS (
                      SELECT 1 FROM rmq_messages s WHERE s.status = 'stored'
-                       AND s.topic = m.topic AND s.slot = m.slot AND s.merge_key = m.merge_key)",
+                       AND s.topic = m.topic AND s.slot = m.slot AND s.merge_key = m.merge_key)
+                   AND NOT EXISTS (
+                     SELECT 1 FROM rmq_messages n WHERE n.status = 'queued' AND n.id > m.id
+                       AND n.topic = m.topic AND n.slot = m.slot AND n.merge_key = m.merge_key)",
                 &[&id],
             )
             .await;
@@ -188,6 +191,21 @@ async fn requeue(
             Err(e) => return Err(e.into()),
         }
         if pg.execute(&merge, &[&id]).await? == 1 {
+            return Ok(Some(false));
+        }
+        // A newer send of the key is in Redis (a relay moved it after the
+        // lookup): this older one was merged into it there.
+        let superseded = pg
+            .execute(
+                "UPDATE rmq_messages m SET status = 'done', finished_at = now(), updated_at = now(),
+                        error = 'superseded by a newer send of the key'
+                 WHERE m.id = $1 AND m.status = 'queued' AND EXISTS (
+                     SELECT 1 FROM rmq_messages n WHERE n.status = 'queued' AND n.id > m.id
+                       AND n.topic = m.topic AND n.slot = m.slot AND n.merge_key = m.merge_key)",
+                &[&id],
+            )
+            .await?;
+        if superseded == 1 {
             return Ok(Some(false));
         }
         let still_queued = pg

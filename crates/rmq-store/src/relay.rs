@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use rmq::{CancellationToken, ErrorKind, Message, TopicKind};
@@ -79,15 +79,11 @@ pub struct Relay {
     pg: tokio_postgres::Client,
     topics: HashMap<String, (StoredTopic, rmq::Topic)>,
     checked: Option<Instant>,
-    /// Topics found missing in Redis whose recovery has not finished yet.
-    to_recover: std::collections::HashSet<String>,
+    /// Topics that refused rows for now (full: `max_pending`), left out of
+    /// the rounds until then, so that their rows do not hold the head of
+    /// the queue for every other topic.
+    resting: HashMap<String, Instant>,
     report: RelayReport,
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn ms(d: Duration) -> i64 {
@@ -112,6 +108,12 @@ impl Relay {
     ) -> Result<Relay> {
         let pg = connect(conninfo).await?;
         crate::schema::check(&pg).await?;
+        // If this relay's host dies mid-round, PostgreSQL ends the session
+        // (and frees its rows' locks) after a minute instead of when TCP
+        // keepalive notices, hours later. A round waits on Redis at most
+        // rmq's failover window (15 s) between statements.
+        pg.batch_execute("SET idle_in_transaction_session_timeout = '60s'")
+            .await?;
         Ok(Relay {
             conninfo: conninfo.to_string(),
             redis,
@@ -119,7 +121,7 @@ impl Relay {
             pg,
             topics: HashMap::new(),
             checked: None,
-            to_recover: std::collections::HashSet::new(),
+            resting: HashMap::new(),
             report: RelayReport::default(),
         })
     }
@@ -204,21 +206,32 @@ impl Relay {
     async fn check_topics(&mut self) -> Result<()> {
         for stored in topics::load_all(&self.pg).await? {
             let name = stored.name().to_string();
+            let mut recover_it = stored.needs_recovery;
             let topic = match self.redis.topic(&name).await {
                 Ok(t) => t,
                 Err(e) if e.kind() == ErrorKind::UnknownTopic => {
-                    self.to_recover.insert(name.clone());
+                    recover_it = true;
+                    // Said in the store first: a relay that dies before the
+                    // recovery is done leaves it to the next one.
+                    topics::needs_recovery(&self.pg, &name, true).await?;
                     self.redis.define_topic(stored.spec().clone()).await?
                 }
                 Err(e) => return Err(e.into()),
             };
             self.topics.insert(name.clone(), (stored.clone(), topic));
-            if self.to_recover.contains(&name) {
-                let r = recover::topic(&self.pg, &self.redis, &stored).await?;
-                self.to_recover.remove(&name);
-                tracing::warn!(topic = %name, requeued = r.requeued, merged = r.merged,
-                    "topic vanished from Redis: defined again and recovered from the store");
-                self.report.recovered.add(&r);
+            if recover_it {
+                // A recovery that fails is tried again at the next check;
+                // meanwhile the other topics' rows keep moving.
+                match recover::topic(&self.pg, &self.redis, &stored).await {
+                    Ok(r) => {
+                        topics::needs_recovery(&self.pg, &name, false).await?;
+                        tracing::warn!(topic = %name, requeued = r.requeued, merged = r.merged,
+                            "topic vanished from Redis: defined again and recovered from the store");
+                        self.report.recovered.add(&r);
+                    }
+                    Err(e) => tracing::warn!(topic = %name, error = %e,
+                        "recovering a topic that vanished from Redis failed; trying again"),
+                }
             }
         }
         Ok(())
@@ -230,16 +243,20 @@ impl Relay {
             ms(self.options.window),
             i64::from(self.options.batch.max(1)),
         );
+        let now = Instant::now();
+        self.resting.retain(|_, until| *until > now);
+        let resting: Vec<&str> = self.resting.keys().map(String::as_str).collect();
         let tx = self.pg.transaction().await?;
         let rows = tx
             .query(
                 "SELECT id, topic, merge_key, slot_basis, payload, priority, due_ms
                  FROM rmq_messages
                  WHERE status = 'stored' AND load_ms <= rmq_now_ms() + $1
+                   AND topic <> ALL($3)
                  ORDER BY load_ms, id
                  LIMIT $2
                  FOR UPDATE SKIP LOCKED",
-                &[&window, &limit],
+                &[&window, &limit, &resting],
             )
             .await?;
         if rows.is_empty() {
@@ -248,12 +265,17 @@ impl Relay {
         let taken = rows.len();
         let mut bad: Vec<(i64, String)> = Vec::new();
         let mut by_topic: Vec<(String, Vec<(i64, Message)>)> = Vec::new();
-        let queued_ms = now_ms();
+        // Redis's clock, read before the send: deliveries are stamped with
+        // it (`taken_ms`), and a delivery taken at or after this time
+        // carries this send's content.
+        let queued_ms = self.redis.server_time_ms().await?;
         for r in &rows {
             let id: i64 = r.try_get(0)?;
             let topic: String = r.try_get(1)?;
             let Some((stored, _)) = self.topics.get(&topic) else {
-                // A topic defined after the last check: look again next round.
+                // A topic defined after the last check: its rows wait for
+                // the next check.
+                self.resting.insert(topic, now + self.options.poll);
                 continue;
             };
             let m = match message_of(stored.spec().kind, r, queued_ms) {
@@ -305,6 +327,7 @@ impl Relay {
                         Err(e) => {
                             tracing::debug!(error = %e, "Redis refused a row for now; it stays stored");
                             round.held += 1;
+                            self.resting.insert(name.clone(), now + self.options.poll);
                         }
                     }
                 }
@@ -317,7 +340,10 @@ impl Relay {
                             Err(e) if refused_for_good(e.kind()) => {
                                 round.refused.push((*id, e.to_string()));
                             }
-                            Err(_) => round.held += 1,
+                            Err(_) => {
+                                round.held += 1;
+                                self.resting.insert(name.clone(), now + self.options.poll);
+                            }
                         }
                     }
                 }
@@ -352,9 +378,9 @@ impl Relay {
         tx.commit().await?;
         self.report.moved += round.queued.len() as u64;
         self.report.refused += round.refused.len() as u64;
-        // Rows held back (a full topic) are not progress: wait before
-        // trying them again.
-        Ok(if round.held > 0 { 0 } else { taken })
+        // Rows held back (a full topic) are not progress, but their topics
+        // rest now: the next round takes other topics' rows.
+        Ok(if round.held == taken { 0 } else { taken })
     }
 }
 

@@ -13,6 +13,9 @@ use crate::outbox;
 #[derive(Debug, Clone)]
 pub struct StoredTopic {
     pub(crate) spec: Arc<TopicSpec>,
+    /// A relay found it missing in Redis and its recovery has not
+    /// finished (as last read).
+    pub(crate) needs_recovery: bool,
 }
 
 impl StoredTopic {
@@ -76,13 +79,17 @@ pub(crate) async fn define(pg: &tokio_postgres::Client, spec: &TopicSpec) -> Res
     }
     Ok(StoredTopic {
         spec: Arc::new(spec.clone()),
+        needs_recovery: false,
     })
 }
 
 /// Reads one definition.
 pub(crate) async fn load(pg: &tokio_postgres::Client, name: &str) -> Result<StoredTopic> {
     let row = pg
-        .query_opt("SELECT spec FROM rmq_topics WHERE name = $1", &[&name])
+        .query_opt(
+            "SELECT spec, needs_recovery FROM rmq_topics WHERE name = $1",
+            &[&name],
+        )
         .await?
         .ok_or_else(|| StoreError::UnknownTopic(name.to_string()))?;
     spec_of(&row)
@@ -90,11 +97,14 @@ pub(crate) async fn load(pg: &tokio_postgres::Client, name: &str) -> Result<Stor
 
 /// Reads every definition.
 pub(crate) async fn load_all(pg: &tokio_postgres::Client) -> Result<Vec<StoredTopic>> {
-    pg.query("SELECT spec FROM rmq_topics ORDER BY name", &[])
-        .await?
-        .iter()
-        .map(spec_of)
-        .collect()
+    pg.query(
+        "SELECT spec, needs_recovery FROM rmq_topics ORDER BY name",
+        &[],
+    )
+    .await?
+    .iter()
+    .map(spec_of)
+    .collect()
 }
 
 fn spec_of(row: &tokio_postgres::Row) -> Result<StoredTopic> {
@@ -105,5 +115,20 @@ fn spec_of(row: &tokio_postgres::Row) -> Result<StoredTopic> {
         .map_err(|e| StoreError::BadRow(format!("topic {:?}: {e}", spec.name)))?;
     Ok(StoredTopic {
         spec: Arc::new(spec),
+        needs_recovery: row.try_get(1)?,
     })
+}
+
+/// Marks (or clears) that a topic must be recovered: Redis lost it.
+pub(crate) async fn needs_recovery(
+    pg: &tokio_postgres::Client,
+    name: &str,
+    on: bool,
+) -> Result<()> {
+    pg.execute(
+        "UPDATE rmq_topics SET needs_recovery = $2 WHERE name = $1",
+        &[&name, &on],
+    )
+    .await?;
+    Ok(())
 }

@@ -204,3 +204,51 @@ async fn a_dead_letter_is_finished_by_recovery_but_an_older_one_does_not_hide_a_
     let c = s.store.counts("t").await.unwrap();
     assert_eq!((c.stored, c.queued, c.dead), (1, 0, 2), "{c:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_that_a_dead_relay_began_is_finished_by_the_next_relay() {
+    let s = setup().await;
+    let (stored, topic) = s
+        .define(TopicSpec::new("t", TopicKind::Priority).slots(2))
+        .await;
+    let app = s.app().await;
+    let batch: Vec<Message> = (0..50)
+        .map(|i| Message::new("v").key(format!("k{i}")).priority(1))
+        .collect();
+    stored.send_batch(&app, &batch).await.unwrap();
+    let relay = s.relay(fast("r")).await;
+    eventually(Duration::from_secs(10), "all queued", || async {
+        s.store.counts("t").await.unwrap().queued == 50
+    })
+    .await;
+    relay.stop().await;
+    // A relay saw the topic gone, marked it and defined it again, then
+    // died before recovering: Redis has the topic, empty.
+    flushall(&s.redis).await;
+    s.client
+        .define_topic(TopicSpec::new("t", TopicKind::Priority).slots(2))
+        .await
+        .unwrap();
+    app.execute(
+        "UPDATE rmq_topics SET needs_recovery = true WHERE name = 't'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let relay = s.relay(fast("next")).await;
+    eventually(Duration::from_secs(10), "the 50 back in Redis", || async {
+        topic.stats().await.unwrap().total.pending == 50
+    })
+    .await;
+    let report = relay.stop().await;
+    assert_eq!(report.recovered.requeued, 50, "{report:?}");
+    let left: bool = app
+        .query_one(
+            "SELECT needs_recovery FROM rmq_topics WHERE name = 't'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!left, "the mark is cleared once recovered");
+}

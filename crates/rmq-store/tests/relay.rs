@@ -215,3 +215,51 @@ async fn postgresql_restarted_under_load_loses_nothing() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_topic_keeps_its_rows_and_does_not_hold_back_the_others() {
+    let s = setup().await;
+    let (full, full_t) = s
+        .define(
+            TopicSpec::new("full", TopicKind::Priority)
+                .slots(2)
+                .max_pending(10),
+        )
+        .await;
+    let (other, other_t) = s
+        .define(TopicSpec::new("other", TopicKind::Priority).slots(2))
+        .await;
+    let mut app = s.app().await;
+    // 200 rows of the bounded topic first (the head of the queue), then 100
+    // of another one.
+    send_all(&full, &mut app, 200, 50).await;
+    send_all(&other, &mut app, 100, 50).await;
+    let relay = s
+        .relay(RelayOptions {
+            batch: 50,
+            ..fast("r")
+        })
+        .await;
+    eventually(
+        Duration::from_secs(10),
+        "the other topic's rows in Redis",
+        || async { other_t.stats().await.unwrap().total.pending == 100 },
+    )
+    .await;
+    assert_eq!(
+        full_t.stats().await.unwrap().total.pending,
+        10,
+        "the bound holds"
+    );
+    let c = s.store.counts("full").await.unwrap();
+    assert_eq!(
+        (c.stored, c.queued, c.dead),
+        (190, 10, 0),
+        "the rest wait in the store: {c:?}"
+    );
+    // Room comes back as messages end: the rest follow.
+    let finisher = s.store.finisher().await.unwrap();
+    let got = consume(&full_t, &finisher, 200, Duration::from_secs(30)).await;
+    relay.stop().await;
+    assert_eq!(counts_by_key(&got).len(), 200);
+}

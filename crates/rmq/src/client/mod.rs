@@ -233,4 +233,13 @@ impl Client {
     pub fn prefix(&self) -> &str {
         &self.inner.ctx.prefix
     }
+
+    /// The server's clock (Unix ms): the clock of due times, of
+    /// [`Received::taken_ms`](crate::Received::taken_ms) and of dead
+    /// letters. On a cluster, any master's (their clocks are assumed in
+    /// step).
+    pub async fn server_time_ms(&self) -> Result<i64> {
+        let (secs, micros): (i64, i64) = self.inner.ctx.redis.query(&redis::cmd("TIME")).await?;
+        Ok(secs * 1_000 + micros / 1_000)
+    }
 }
