@@ -40,7 +40,7 @@ CREATE TABLE rmq_messages (
                 CHECK (status IN ('stored', 'queued', 'done', 'dead')),
     -- How many sends merged into this row.
     sends       integer NOT NULL DEFAULT 1,
-    -- The relay's clock just before it sent the row to Redis (Unix ms):
+    -- Redis's clock (TIME) just before the relay sent the row (Unix ms):
     -- an ack of a delivery taken at or after it finishes the row.
     queued_ms   bigint,
     error       text,
