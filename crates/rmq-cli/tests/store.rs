@@ -164,4 +164,66 @@ fn an_unreachable_or_unmigrated_database_and_bad_input_get_one_error_line() {
     assert_eq!(r.code, 2, "{r:?}");
     let r = env.ok(&["store", "stats", "--pg", &url]);
     assert_eq!(r.stdout, "", "no topics yet");
+    // Trying it from a shell: store, relay, consume.
+    env.ok(&[
+        "topic", "create", "jobs", "--kind", "priority", "--slots", "2",
+    ]);
+    env.ok(&["store", "define", "jobs", "--pg", &url]);
+    let r = env.ok(&[
+        "store",
+        "send",
+        "jobs",
+        "hello",
+        "--key",
+        "j1",
+        "--priority",
+        "3",
+        "--pg",
+        &url,
+    ]);
+    assert!(r.stdout.starts_with("stored j1 in jobs (row "), "{r:?}");
+    let r = env.ok(&[
+        "--json",
+        "store",
+        "send",
+        "jobs",
+        "hello again",
+        "--key",
+        "j1",
+        "--priority",
+        "5",
+        "--pg",
+        &url,
+    ]);
+    assert_eq!(r.json()[0]["merged"], true, "{r:?}");
+    let r = env.rmq(&["store", "send", "jobs", "x", "--at", "5", "--pg", &url]);
+    assert!(
+        r.one_error(2).contains("priority"),
+        "a time on a priority topic: {r:?}"
+    );
+    let r = env.rmq(&["store", "send", "ghost", "x", "--pg", &url]);
+    assert!(r.one_error(2).contains("ghost"), "{r:?}");
+    let mut relay = relay(&env, &url);
+    let consumed = env.ok(&[
+        "--json",
+        "consume",
+        "jobs",
+        "--store-pg",
+        &url,
+        "--max",
+        "1",
+    ]);
+    relay.kill().unwrap();
+    relay.wait().unwrap();
+    let got = consumed.json();
+    assert_eq!(
+        (&got[0]["payload"], &got[0]["priority"]),
+        (&"hello again".into(), &5.into()),
+        "{got:?}"
+    );
+    let stats = env.ok(&["--json", "store", "stats", "--pg", &url]).json();
+    assert_eq!(
+        stats[0]["done"], 1,
+        "the ack reached the store before rmq consume exited: {stats:?} {consumed:?}"
+    );
 }

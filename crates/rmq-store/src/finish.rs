@@ -9,7 +9,7 @@
 //! A report that finished no row is tried again every 200 ms for 30 s: the
 //! delivery may have been taken and acked before the relay that moved its
 //! row committed (the row is still `stored` then). `flush` waits for each
-//! report's first try only.
+//! report's first try, and up to 2 s for its retries.
 //!
 //! Reports that cannot be written because PostgreSQL is unreachable are
 //! kept and retried; reports PostgreSQL refuses are logged and dropped. A
@@ -30,6 +30,9 @@ const LINGER: Duration = Duration::from_millis(50);
 const MOST: usize = 1_000;
 /// A report that matched no row is tried again this often...
 const RETRY_EVERY: Duration = Duration::from_millis(200);
+/// How long `flush` waits for its reports' retries (a relay commits within
+/// milliseconds of its send, unless Redis or PostgreSQL is failing).
+const FLUSH_WAIT: Duration = Duration::from_secs(2);
 /// ... for this long after it was made (longer than a relay's transaction
 /// can stay open while rmq rides out a cluster failover: 15 s).
 const RETRY_FOR: Duration = Duration::from_secs(30);
@@ -40,6 +43,8 @@ struct Finished {
     key: Vec<u8>,
     taken_ms: i64,
     how: How,
+    /// When it was reported.
+    at: Instant,
 }
 
 /// How a delivery finished.
@@ -51,7 +56,7 @@ enum How {
 
 enum Report {
     Finished(Finished),
-    Flush(oneshot::Sender<()>),
+    Flush(Instant, oneshot::Sender<()>),
 }
 
 /// Reports finished deliveries to the store (cheap to clone).
@@ -76,6 +81,7 @@ impl Finisher {
             key: m.key.clone(),
             taken_ms: m.taken_ms,
             how,
+            at: Instant::now(),
         }));
     }
 
@@ -99,16 +105,23 @@ impl Finisher {
     /// Waits until every report made before the call is written.
     pub async fn flush(&self) {
         let (tx, rx) = oneshot::channel();
-        if self.tx.send(Report::Flush(tx)).is_ok() {
+        if self.tx.send(Report::Flush(Instant::now(), tx)).is_ok() {
             let _ = rx.await;
         }
     }
 }
 
-fn take(r: Report, batch: &mut Vec<Finished>, waiters: &mut Vec<oneshot::Sender<()>>) {
+/// A `flush` call waiting: for its reports' first try, and for those
+/// that matched no row, until they do or [`FLUSH_WAIT`] passed.
+struct Waiter {
+    since: Instant,
+    tx: oneshot::Sender<()>,
+}
+
+fn take(r: Report, batch: &mut Vec<Finished>, waiters: &mut Vec<Waiter>) {
     match r {
         Report::Finished(f) => batch.push(f),
-        Report::Flush(w) => waiters.push(w),
+        Report::Flush(since, tx) => waiters.push(Waiter { since, tx }),
     }
 }
 
@@ -123,6 +136,7 @@ async fn write_loop(
     mut rx: mpsc::UnboundedReceiver<Report>,
 ) {
     let mut later: Vec<Retry> = Vec::new();
+    let mut waiting: Vec<Waiter> = Vec::new();
     let mut open = true;
     while open || !later.is_empty() {
         let (mut batch, mut waiters) = (Vec::new(), Vec::new());
@@ -151,7 +165,7 @@ async fn write_loop(
             }
         }
         let now = Instant::now();
-        let mut first_seen = vec![now; batch.len()];
+        let mut first_seen: Vec<Instant> = batch.iter().map(|f| f.at).collect();
         let (due, not_yet): (Vec<Retry>, Vec<Retry>) =
             later.drain(..).partition(|r| r.tried + RETRY_EVERY <= now);
         later = not_yet;
@@ -180,8 +194,16 @@ async fn write_loop(
                 tracing::debug!(topic = %report.topic, "a finished delivery matched no queued row; dropped");
             }
         }
-        for w in waiters {
-            let _ = w.send(());
+        // A flush is done when none of the reports made before it waits
+        // for a retry any more (or it waited FLUSH_WAIT for them).
+        waiting.append(&mut waiters);
+        let oldest_retry = later.iter().map(|r| r.first).min();
+        let (done, still): (Vec<Waiter>, Vec<Waiter>) = waiting.drain(..).partition(|w| {
+            oldest_retry.is_none_or(|first| first > w.since) || w.since.elapsed() >= FLUSH_WAIT
+        });
+        waiting = still;
+        for w in done {
+            let _ = w.tx.send(());
         }
     }
 }

@@ -72,8 +72,9 @@ struct Line {
     range: Option<u64>,
 }
 
+/// The timing flags of a send (shared with `rmq store send`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Timing {
+pub(crate) enum Timing {
     None,
     Priority(u32),
     At(i64),
@@ -82,7 +83,7 @@ enum Timing {
 }
 
 impl Timing {
-    fn from_opts(
+    pub(crate) fn from_opts(
         priority: Option<u32>,
         at: Option<i64>,
         delay: Option<u64>,
@@ -102,7 +103,7 @@ impl Timing {
         Ok(first)
     }
 
-    fn apply(self, m: Message) -> Message {
+    pub(crate) fn apply(self, m: Message) -> Message {
         match self {
             Timing::None => m,
             Timing::Priority(p) => m.priority(p),

@@ -36,6 +36,9 @@ pub enum StoreCmd {
         #[command(flatten)]
         pg: Pg,
     },
+    /// Store one message (in a transaction of its own): to try the store
+    /// from a shell; applications send in their own transactions
+    Send(StoreSendArgs),
     /// Move committed messages into Redis until stopped (SIGINT, SIGTERM,
     /// SIGHUP): priority and range-merge at once, fixed-time when due within
     /// the window; several relays may run
@@ -58,6 +61,39 @@ pub enum StoreCmd {
     },
     /// How many messages of each topic are stored, queued, done and dead
     Stats(Pg),
+}
+
+#[derive(Debug, Args)]
+pub struct StoreSendArgs {
+    /// Topic name (defined in the store: `rmq store define`)
+    topic: String,
+    /// Payload
+    payload: String,
+    /// Merge key (default: the payload)
+    #[arg(long, value_name = "K")]
+    key: Option<String>,
+    /// Slot basis (default: the merge key)
+    #[arg(long, value_name = "B")]
+    slot_basis: Option<String>,
+    /// Priority topics: 0..=2097151, bigger first [default: 0]
+    #[arg(long, value_name = "P", group = "timing")]
+    priority: Option<u32>,
+    /// Fixed-time topics: due at this Unix time in ms
+    #[arg(
+        long,
+        value_name = "UNIX_MS",
+        group = "timing",
+        allow_negative_numbers = true
+    )]
+    at: Option<i64>,
+    /// Fixed-time topics: due this many ms from now (the database's clock)
+    #[arg(long, value_name = "MS", group = "timing")]
+    delay: Option<u64>,
+    /// Range-merge topics: due this many ms after the first send of the key
+    #[arg(long, value_name = "MS", group = "timing")]
+    range: Option<u64>,
+    #[command(flatten)]
+    pg: Pg,
 }
 
 #[derive(Debug, Args)]
@@ -119,6 +155,7 @@ pub async fn run(g: &Global, cmd: StoreCmd) -> CliResult {
                 )
             })
         }
+        StoreCmd::Send(a) => send(g, a).await,
         StoreCmd::Relay(a) => relay(g, a).await,
         StoreCmd::Recover { topic, pg } => {
             let store = open(&pg).await?;
@@ -188,6 +225,58 @@ fn print<T: Serialize>(g: &Global, value: &T, text: impl FnOnce() -> String) -> 
         println!("{}", text());
     }
     Ok(())
+}
+
+async fn send(g: &Global, a: StoreSendArgs) -> CliResult {
+    let timing = crate::cmd::send::Timing::from_opts(a.priority, a.at, a.delay, a.range)
+        .map_err(CliError::usage)?;
+    let store = open(&a.pg).await?;
+    let topic = store.topic(&a.topic).await.map_err(store_error)?;
+    let mut m = rmq::Message::new(a.payload);
+    if let Some(k) = a.key {
+        m = m.key(k);
+    }
+    if let Some(b) = a.slot_basis {
+        m = m.slot_basis(b);
+    }
+    let m = timing.apply(m);
+    let (pg, connection) = tokio_postgres_connect(&a.pg.url).await?;
+    let stored = topic.send(&pg, &m).await.map_err(store_error);
+    drop(pg);
+    let _ = connection.await;
+    let stored = stored?;
+    let key = crate::output::lossy(m.merge_key());
+    let json = serde_json::json!({ "id": stored.id, "key": key, "merged": stored.merged });
+    print(g, &json, || {
+        format!(
+            "stored {key} in {} (row {}{})",
+            a.topic,
+            stored.id,
+            if stored.merged {
+                ", merged into a stored message"
+            } else {
+                ""
+            }
+        )
+    })
+}
+
+/// A plain connection for one statement (autocommit: a transaction of its
+/// own), and the task driving it.
+async fn tokio_postgres_connect(
+    url: &str,
+) -> CliResult<(
+    rmq_store::tokio_postgres::Client,
+    tokio::task::JoinHandle<()>,
+)> {
+    use rmq_store::tokio_postgres;
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| store_error(e.into()))?;
+    let task = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok((client, task))
 }
 
 async fn relay(g: &Global, a: RelayArgs) -> CliResult {
