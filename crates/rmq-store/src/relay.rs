@@ -17,6 +17,8 @@
 //! Every `poll` the relay also checks that its topics are still defined in
 //! Redis: a topic that vanished (FLUSHALL, a failover that lost it) is
 //! defined again from the store and recovered ([`crate::Store::recover`]).
+//! A topic that fills up (`max_pending`) rests for a `poll`, so that its
+//! rows, which stay stored, do not hold back other topics'.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -200,9 +202,10 @@ impl Relay {
     }
 
     /// Loads the store's topics; defines and recovers any that Redis lost.
-    /// A recovery that fails is tried again at the next check (the topic
-    /// is defined in Redis by then, so only this relay's memory says it
-    /// still needs one).
+    /// The need is written in the store (`rmq_topics.needs_recovery`)
+    /// before the topic is defined again, so a recovery that fails, or
+    /// whose relay dies, is done at a later check, by this relay or
+    /// another.
     async fn check_topics(&mut self) -> Result<()> {
         for stored in topics::load_all(&self.pg).await? {
             let name = stored.name().to_string();
