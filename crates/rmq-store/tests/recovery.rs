@@ -21,20 +21,7 @@ async fn after_a_flushall_the_relay_recovers_every_message_not_acked() {
     let (stored, topic) = s
         .define(TopicSpec::new("t", TopicKind::Priority).slots(8))
         .await;
-    let app = s.app().await;
-    let batch: Vec<Message> = (0..1_000)
-        .map(|i| {
-            Message::new(format!("m{i}"))
-                .key(format!("k{i}"))
-                .priority(1)
-        })
-        .collect();
-    stored.send_batch(&app, &batch).await.unwrap();
-    let relay = s.relay(fast("r")).await;
-    eventually(Duration::from_secs(10), "all queued", || async {
-        s.store.counts("t").await.unwrap().queued == 1_000
-    })
-    .await;
+    let relay = s.queued(&stored, 1_000).await;
     // 400 are consumed and acked (and reported) before Redis loses all.
     let finisher = s.store.finisher().await.unwrap();
     let first = consume_exactly(&topic, &finisher, 400, Duration::from_secs(10)).await;
@@ -78,20 +65,7 @@ async fn recovery_requeues_only_what_redis_lost_and_never_doubles_what_it_kept()
     let (stored, topic) = s
         .define(TopicSpec::new("t", TopicKind::Priority).slots(4))
         .await;
-    let app = s.app().await;
-    let batch: Vec<Message> = (0..300)
-        .map(|i| {
-            Message::new(format!("m{i}"))
-                .key(format!("k{i}"))
-                .priority(1)
-        })
-        .collect();
-    stored.send_batch(&app, &batch).await.unwrap();
-    let relay = s.relay(fast("r")).await;
-    eventually(Duration::from_secs(10), "all queued", || async {
-        s.store.counts("t").await.unwrap().queued == 300
-    })
-    .await;
+    let relay = s.queued(&stored, 300).await;
     relay.stop().await;
     // A failover that lost some writes: 100 keys vanish, the topic stays.
     for i in 0..100 {
@@ -212,15 +186,7 @@ async fn a_recovery_that_a_dead_relay_began_is_finished_by_the_next_relay() {
         .define(TopicSpec::new("t", TopicKind::Priority).slots(2))
         .await;
     let app = s.app().await;
-    let batch: Vec<Message> = (0..50)
-        .map(|i| Message::new("v").key(format!("k{i}")).priority(1))
-        .collect();
-    stored.send_batch(&app, &batch).await.unwrap();
-    let relay = s.relay(fast("r")).await;
-    eventually(Duration::from_secs(10), "all queued", || async {
-        s.store.counts("t").await.unwrap().queued == 50
-    })
-    .await;
+    let relay = s.queued(&stored, 50).await;
     relay.stop().await;
     // A relay saw the topic gone, marked it and defined it again, then
     // died before recovering: Redis has the topic, empty.

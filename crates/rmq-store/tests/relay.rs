@@ -10,22 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use rand::Rng;
-use rmq::{Message, TopicKind, TopicSpec};
-
-async fn send_all(stored: &StoredTopic, app: &mut tokio_postgres::Client, n: usize, per_tx: usize) {
-    for start in (0..n).step_by(per_tx) {
-        let tx = app.transaction().await.unwrap();
-        let batch: Vec<Message> = (start..(start + per_tx).min(n))
-            .map(|i| {
-                Message::new(format!("m{i}"))
-                    .key(format!("k{i}"))
-                    .priority(1)
-            })
-            .collect();
-        stored.send_batch(&tx, &batch).await.unwrap();
-        tx.commit().await.unwrap();
-    }
-}
+use rmq::{TopicKind, TopicSpec};
 
 fn counts_by_key(got: &[rmq::Received]) -> HashMap<Vec<u8>, usize> {
     let mut c = HashMap::new();
@@ -59,7 +44,7 @@ async fn several_relays_share_the_work_and_never_move_a_row_twice() {
         .await,
     ];
     let mut app = s.app().await;
-    send_all(&stored, &mut app, 3_000, 100).await;
+    commit_numbered(&stored, &mut app, 0..3_000, 100).await;
     eventually(Duration::from_secs(30), "every row queued", || async {
         s.store.counts("t").await.unwrap().queued == 3_000
     })
@@ -97,7 +82,7 @@ async fn relays_stopped_dead_at_any_point_lose_nothing_and_repeat_only_within_th
     let mut app = s.app().await;
     let sender = {
         let stored = stored.clone();
-        tokio::spawn(async move { send_all(&stored, &mut app, total, 40).await })
+        tokio::spawn(async move { commit_numbered(&stored, &mut app, 0..total, 40).await })
     };
     // Consumers run all along, so a re-sent copy may meet a delivery.
     let finisher = s.store.finisher().await.unwrap();
@@ -182,24 +167,13 @@ async fn postgresql_restarted_under_load_loses_nothing() {
         )
     };
     let mut app = s.app().await;
-    send_all(&stored, &mut app, 1_000, 50).await;
+    commit_numbered(&stored, &mut app, 0..1_000, 50).await;
     // SIGKILL of the postmaster and its backends, then a restart.
     s.pg.kill();
     tokio::time::sleep(Duration::from_millis(500)).await;
     s.pg.restart();
     let mut app = s.app().await;
-    for start in (1_000..2_000).step_by(50) {
-        let tx = app.transaction().await.unwrap();
-        let batch: Vec<Message> = (start..start + 50)
-            .map(|i| {
-                Message::new(format!("m{i}"))
-                    .key(format!("k{i}"))
-                    .priority(1)
-            })
-            .collect();
-        stored.send_batch(&tx, &batch).await.unwrap();
-        tx.commit().await.unwrap();
-    }
+    commit_numbered(&stored, &mut app, 1_000..2_000, 50).await;
     let got = consumer.await.unwrap();
     relay.stop().await;
     let by_key = counts_by_key(&got);
@@ -232,8 +206,8 @@ async fn a_full_topic_keeps_its_rows_and_does_not_hold_back_the_others() {
     let mut app = s.app().await;
     // 200 rows of the bounded topic first (the head of the queue), then 100
     // of another one.
-    send_all(&full, &mut app, 200, 50).await;
-    send_all(&other, &mut app, 100, 50).await;
+    commit_numbered(&full, &mut app, 0..200, 50).await;
+    commit_numbered(&other, &mut app, 0..100, 50).await;
     let relay = s
         .relay(RelayOptions {
             batch: 50,

@@ -138,6 +138,48 @@ async fn consume_with(
     got
 }
 
+/// Priority messages `m{i}` with keys `k{i}` for `range`.
+pub fn numbered(range: std::ops::Range<usize>) -> Vec<rmq::Message> {
+    range
+        .map(|i| {
+            rmq::Message::new(format!("m{i}"))
+                .key(format!("k{i}"))
+                .priority(1)
+        })
+        .collect()
+}
+
+/// Commits [`numbered`] messages for `range` in transactions of `per_tx`.
+pub async fn commit_numbered(
+    stored: &StoredTopic,
+    app: &mut tokio_postgres::Client,
+    range: std::ops::Range<usize>,
+    per_tx: usize,
+) {
+    for start in range.clone().step_by(per_tx) {
+        let tx = app.transaction().await.unwrap();
+        let batch = numbered(start..(start + per_tx).min(range.end));
+        stored.send_batch(&tx, &batch).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+}
+
+impl Setup {
+    /// Commits `n` [`numbered`] messages and waits until a relay (started
+    /// here, returned running) queued them all.
+    pub async fn queued(&self, stored: &StoredTopic, n: usize) -> Running {
+        let app = self.app().await;
+        stored.send_batch(&app, &numbered(0..n)).await.unwrap();
+        let relay = self.relay(fast("r")).await;
+        let name = stored.name().to_string();
+        eventually(Duration::from_secs(10), "all queued", || async {
+            self.store.counts(&name).await.unwrap().queued == n as u64
+        })
+        .await;
+        relay
+    }
+}
+
 /// Waits until `f` holds (polling every 50 ms) or panics after `within`.
 pub async fn eventually<F, Fut>(within: Duration, what: &str, mut f: F)
 where
