@@ -58,13 +58,13 @@ fn main() -> std::process::ExitCode {
         return count_instructions(scale, args.smoke);
     }
     if args.forward {
-        return measure_forwarding(scale);
+        return run_mode("--forward", forward::measure(scale));
     }
     if args.coordination {
-        return measure_coordination(scale, args.smoke);
+        return run_mode("--coordination", coordination::measure(scale, args.smoke));
     }
     if args.store {
-        return measure_store(scale);
+        return run_mode("--store", store::measure(scale));
     }
     // The throwaway server lives until the end of main (dropping it kills it).
     let server = match (&args.redis, args.cluster) {
@@ -163,51 +163,22 @@ fn count_instructions(scale: f64, smoke: bool) -> std::process::ExitCode {
     }
 }
 
-/// `--coordination`: Redis and ZooKeeper membership side by side (see
-/// `coordination.rs`).
-fn measure_coordination(scale: f64, smoke: bool) -> std::process::ExitCode {
+/// Runs one of the modes that measure something besides the queue
+/// (`--coordination`, `--store`, `--forward`; see their modules) on a
+/// runtime of its own; a failure is said on stderr under the mode's flag.
+fn run_mode(
+    flag: &str,
+    measure: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> std::process::ExitCode {
     let Some(rt) = runtime() else {
         return std::process::ExitCode::FAILURE;
     };
-    let result = rt.block_on(coordination::measure(scale, smoke));
+    let result = rt.block_on(measure);
     rt.shutdown_timeout(Duration::from_secs(5));
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("rmq-bench --coordination: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
-}
-
-/// `--store`: the PostgreSQL message store (see `store.rs`).
-fn measure_store(scale: f64) -> std::process::ExitCode {
-    let Some(rt) = runtime() else {
-        return std::process::ExitCode::FAILURE;
-    };
-    let result = rt.block_on(store::measure(scale));
-    rt.shutdown_timeout(Duration::from_secs(5));
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rmq-bench --store: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
-}
-
-/// `--forward`: forwarding to brokers against their ceiling (see
-/// `forward.rs`).
-fn measure_forwarding(scale: f64) -> std::process::ExitCode {
-    let Some(rt) = runtime() else {
-        return std::process::ExitCode::FAILURE;
-    };
-    let result = rt.block_on(forward::measure(scale));
-    rt.shutdown_timeout(Duration::from_secs(5));
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rmq-bench --forward: {e:#}");
+            eprintln!("rmq-bench {flag}: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
