@@ -99,6 +99,25 @@ pub(crate) fn parse_group_field(field: &str) -> Option<(&str, &str)> {
     field.split_once(":group:")
 }
 
+/// ZSET: a topic's head index, slot -> when it may next have work (a
+/// single node only: slot scripts write it next to keys of every hash
+/// slot; see `scripts/lua/notify.lua`). No hash tag: scripts tell it from a
+/// cluster's request key by that.
+pub(crate) fn head_index(prefix: &str, topic: &str) -> String {
+    format!("{prefix}:heads:{topic}")
+}
+
+/// The head index of the topic whose slot key is `slot_key`
+/// (`<prefix>:{<tag>}:<topic>:<slot>:<x>`; neither prefix nor topic holds
+/// a brace, and a topic no colon). None for any other key.
+pub(crate) fn head_index_of(slot_key: &[u8]) -> Option<String> {
+    let key = std::str::from_utf8(slot_key).ok()?;
+    let (prefix, rest) = key.split_once(":{")?;
+    let (_, rest) = rest.split_once("}:")?;
+    let (topic, _) = rest.split_once(':')?;
+    Some(head_index(prefix, topic))
+}
+
 /// Single node: the one pub/sub channel (PUBLISH) on which send and settle
 /// announce a new head of any slot of the topic.
 pub(crate) fn wake_channel(prefix: &str, topic: &str) -> String {
@@ -189,6 +208,19 @@ mod tests {
             let tag = slot_tag("orders", slot, slots);
             assert_eq!(slot_of(&sharded_wake_channel("rmq", "orders", tag)), first);
         }
+    }
+
+    #[test]
+    fn a_slot_key_names_its_topics_head_index() {
+        for (prefix, topic) in [("rmq", "orders"), ("a:b", "t.1-x_y")] {
+            let keys = slot_keys(prefix, topic, 5, 64);
+            assert_eq!(
+                head_index_of(keys[0].as_bytes()),
+                Some(head_index(prefix, topic))
+            );
+            assert!(!head_index(prefix, topic).contains('{'));
+        }
+        assert_eq!(head_index_of(b"rmq:topics"), None);
     }
 
     #[test]

@@ -333,6 +333,39 @@ impl Model {
     }
 }
 
+/// The head index (one node: `index` is a connection to it) never sends a
+/// consumer to sleep past work: a slot with pending messages (not paused)
+/// has an entry no later than its best one, a slot with messages in
+/// flight has an entry (no later than their lease deadline).
+async fn check_head_index(
+    topic: &Topic,
+    m: &Model,
+    index: Option<&redis::aio::MultiplexedConnection>,
+) -> Result<(), TestCaseError> {
+    let Some(conn) = index else { return Ok(()) };
+    let slot_key = &topic.keys_of_slot(0)[0];
+    let prefix = slot_key.split(":{").next().unwrap_or_default();
+    let key = format!("{prefix}:heads:{}", topic.name());
+    let entry: Option<f64> = redis::cmd("ZSCORE")
+        .arg(&key)
+        .arg(0)
+        .query_async(&mut conn.clone())
+        .await
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let best = m.pending.values().map(|r| r.prio).max();
+    if let (Some(best), false) = (best, m.paused) {
+        let bound = -((i64::from(best)) << 32) as f64;
+        prop_assert!(
+            entry.is_some_and(|v| v <= bound),
+            "pending priority {best}, yet the head index says {entry:?}"
+        );
+    }
+    if !m.in_flight.is_empty() || !m.parked.is_empty() {
+        prop_assert!(entry.is_some(), "in flight, yet no head index entry");
+    }
+    Ok(())
+}
+
 async fn check(topic: &Topic, m: &Model) -> Result<(), TestCaseError> {
     let peek = topic
         .peek(100)
@@ -447,6 +480,13 @@ fn run_model(
     let backend = Backend::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = rt.block_on(backend.connect());
+    let index = match &backend {
+        Backend::Single(server) => rt.block_on(async {
+            let c = redis::Client::open(server.url()).unwrap();
+            Some(c.get_multiplexed_async_connection().await.unwrap())
+        }),
+        Backend::Cluster(_) => None,
+    };
     let case = AtomicU32::new(0);
     let mut runner = TestRunner::new(Config {
         cases,
@@ -500,6 +540,7 @@ fn run_model(
                                     key
                                 );
                                 check(&topic, &model).await?;
+                                check_head_index(&topic, &model, index.as_ref()).await?;
                                 continue;
                             }
                             let sent = sent.unwrap();
@@ -632,6 +673,7 @@ fn run_model(
                         _ => {}
                     }
                     check(&topic, &model).await?;
+                    check_head_index(&topic, &model, index.as_ref()).await?;
                 }
                 for d in hand {
                     d.release().await.unwrap();

@@ -129,6 +129,11 @@ impl Client {
             }
         }
         self.drop_groups(name).await?;
+        if self.inner.ctx.redis.head_index {
+            let index = keys::head_index(self.prefix(), name);
+            let (id, cmd) = crate::scripts::heads::drop_index(&index);
+            self.inner.ctx.redis.run_one(id, cmd).await?;
+        }
         let (id, cmd) = crate::scripts::rate::drop_bucket(&keys::rate_key(self.prefix(), name));
         self.inner.ctx.redis.run_one(id, cmd).await?;
         let (id, cmd) = crate::scripts::inflight::drop_cap(&keys::cap_keys(self.prefix(), name));

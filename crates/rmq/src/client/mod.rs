@@ -27,7 +27,10 @@ use crate::topic::validate_prefix;
 pub use lifecycle::Deleted;
 pub use options::{redact, ClientOptions, Password, TlsOptions};
 pub use preflight::ServerWarning;
-use preflight::{check_functions_loaded, first_time_in_this_process, preflight, supports_waitaof};
+use preflight::{
+    check_functions_loaded, first_time_in_this_process, keeps_head_index, preflight,
+    supports_waitaof,
+};
 
 /// A handle on one Redis for one prefix. Clone it freely.
 #[derive(Clone)]
@@ -179,6 +182,7 @@ impl Client {
             }
         }
         redis.waitaof = supports_waitaof(&redis).await;
+        redis.head_index = keeps_head_index(&redis).await;
         if redis.functions {
             check_functions_loaded(&redis).await?;
         } else {

@@ -108,6 +108,26 @@ pub(super) async fn supports_waitaof(redis: &Redis) -> bool {
         })
 }
 
+/// Whether the connection reaches one server that is not in cluster mode
+/// (`redis_mode:standalone`): then a script may touch keys of any hash
+/// slot, and slot scripts keep each topic's head index. A server in
+/// cluster mode refuses that (CROSSSLOT) even when reached as one node.
+pub(super) async fn keeps_head_index(redis: &Redis) -> bool {
+    if redis.is_cluster() {
+        return false;
+    }
+    let mut info = redis::cmd("INFO");
+    info.arg("server");
+    let Ok(replies) = on_every_master(redis, info).await else {
+        return false;
+    };
+    replies.len() == 1
+        && replies.into_iter().all(|v| {
+            let text: String = redis::from_redis_value(v).unwrap_or_default();
+            text.lines().any(|l| l.trim() == "redis_mode:standalone")
+        })
+}
+
 /// Locked-down mode: the library must be there (`FUNCTION LIST`; when the
 /// user may not list functions, the first call reports it instead).
 pub(super) async fn check_functions_loaded(redis: &Redis) -> Result<()> {

@@ -6,7 +6,7 @@ use super::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys;
 use crate::scripts::registry::{self, Defined};
-use crate::scripts::{inflight, rate, room};
+use crate::scripts::{heads, inflight, rate, room};
 use crate::topic::{validate_topic_name, Topic, TopicSpec, LIVE_REFRESH};
 
 impl Client {
@@ -36,6 +36,14 @@ impl Client {
                     spec.name
                 ),
             ));
+        }
+        if defined == Defined::Created && self.inner.ctx.redis.head_index {
+            // A topic defined now holds nothing: its head index is complete
+            // from the start, and its first consumer need not look at
+            // every slot.
+            let index = keys::head_index(self.prefix(), &spec.name);
+            let (id, cmd) = heads::mark(&index);
+            self.inner.ctx.redis.run_one(id, cmd).await?;
         }
         self.set_flow(&spec, false).await?;
         Ok(Topic::new(self.inner.ctx.clone(), spec))

@@ -76,38 +76,14 @@ pub(crate) fn retry_through_failover(e: &redis::RedisError, rerun_safe: bool) ->
 /// A memoized script call with its request key added after its keys (a
 /// slot script's KEYS[11], room.lua's KEYS[2]): `<base>:req:<ttl ms>.<random
 /// id>`, where `<base>` is its first key up to the last colon (a slot's
-/// `<slot base>:q`, a topic's `<topic base>:room`), so in the same hash tag. Works on `EVALSHA sha n keys.. args..` and `FCALL
-/// name n keys.. args..` alike.
+/// `<slot base>:q`, a topic's `<topic base>:room`), so in the same hash tag.
 pub(super) fn with_request_key(cmd: &Cmd, ttl_ms: u128) -> Cmd {
-    let args: Vec<&[u8]> = cmd
-        .args_iter()
-        .filter_map(|a| match a {
-            redis::Arg::Simple(b) => Some(b),
-            _ => None,
-        })
-        .collect();
-    let numkeys: Option<usize> = args
-        .get(2)
-        .and_then(|n| std::str::from_utf8(n).ok())
-        .and_then(|n| n.parse().ok());
-    let (Some(n), Some(first)) = (numkeys, args.get(3)) else {
-        return cmd.clone();
-    };
-    let Some(colon) = first.iter().rposition(|&b| b == b':') else {
-        return cmd.clone();
-    };
-    let mut key = first[..colon].to_vec();
-    key.extend_from_slice(format!(":req:{ttl_ms}.{:016x}", rand::random::<u64>()).as_bytes());
-    let mut out = redis::cmd(&String::from_utf8_lossy(args[0]));
-    out.arg(args[1]).arg(n + 1);
-    for k in args.iter().skip(3).take(n) {
-        out.arg(*k);
-    }
-    out.arg(key);
-    for a in args.iter().skip(3 + n) {
-        out.arg(*a);
-    }
-    out
+    super::with_key_after_keys(cmd, |first| {
+        let colon = first.iter().rposition(|&b| b == b':')?;
+        let mut key = first[..colon].to_vec();
+        key.extend_from_slice(format!(":req:{ttl_ms}.{:016x}", rand::random::<u64>()).as_bytes());
+        Some(key)
+    })
 }
 
 /// One call on a cluster connection (with WAIT after it when asked).

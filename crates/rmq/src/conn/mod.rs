@@ -119,6 +119,11 @@ pub(crate) struct Redis {
     /// A cluster: how long a call keeps trying through a failover (see
     /// [`ClientOptions::failover_window`](crate::ClientOptions::failover_window)).
     pub(crate) failover_window: std::time::Duration,
+    /// A single server not in cluster mode: slot scripts keep each topic's
+    /// head index, which lies outside the slots' hash tags
+    /// (`scripts/lua/notify.lua`), and consumers read it instead of
+    /// looking at every slot.
+    pub(crate) head_index: bool,
 }
 
 /// How long a cluster call keeps trying through a failover by default:
@@ -176,6 +181,7 @@ impl Redis {
             functions: false,
             waitaof: false,
             failover_window: DEFAULT_FAILOVER_WINDOW,
+            head_index: false,
         }
     }
 
@@ -333,9 +339,15 @@ impl Redis {
                     true => crate::scripts::functions::as_fcall(id, &cmd),
                     false => cmd,
                 };
-                match self.is_cluster() && id.memoized() {
-                    true => (id, with_request_key(&cmd, ttl)),
-                    false => (id, cmd),
+                if self.is_cluster() && id.memoized() {
+                    (id, with_request_key(&cmd, ttl))
+                } else if self.head_index && id.keeps_head_index() {
+                    let cmd = with_key_after_keys(&cmd, |first| {
+                        crate::keys::head_index_of(first).map(String::into_bytes)
+                    });
+                    (id, cmd)
+                } else {
+                    (id, cmd)
                 }
             })
             .collect()
@@ -348,6 +360,39 @@ impl Redis {
             .pop()
             .unwrap_or_else(|| Err(Error::new(ErrorKind::Redis, "script result missing")))
     }
+}
+
+/// A script call with one more key after its keys, made from its first
+/// key (the call unchanged when `make` gives none). Works on `EVALSHA sha n
+/// keys.. args..` and `FCALL name n keys.. args..` alike.
+fn with_key_after_keys(cmd: &Cmd, make: impl FnOnce(&[u8]) -> Option<Vec<u8>>) -> Cmd {
+    let args: Vec<&[u8]> = cmd
+        .args_iter()
+        .filter_map(|a| match a {
+            redis::Arg::Simple(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    let numkeys: Option<usize> = args
+        .get(2)
+        .and_then(|n| std::str::from_utf8(n).ok())
+        .and_then(|n| n.parse().ok());
+    let (Some(n), Some(first)) = (numkeys, args.get(3)) else {
+        return cmd.clone();
+    };
+    let Some(key) = make(first) else {
+        return cmd.clone();
+    };
+    let mut out = redis::cmd(&String::from_utf8_lossy(args[0]));
+    out.arg(args[1]).arg(n + 1);
+    for k in args.iter().skip(3).take(n) {
+        out.arg(*k);
+    }
+    out.arg(key);
+    for a in args.iter().skip(3 + n) {
+        out.arg(*a);
+    }
+    out
 }
 
 /// `rmq_redis_call_duration_seconds` (see `observe.rs`): one round trip,

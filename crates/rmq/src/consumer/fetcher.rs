@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::delivery::Delivery;
+use super::heads::{self, Looked, SWEEP};
 use super::inflight::Taken;
 use super::pool::Probe;
 use super::pop::{parse_pop, pop_call, survey};
@@ -152,7 +153,15 @@ pub(crate) struct Fetcher {
     serial: bool,
     last_rescan: Instant,
     error_backoff: Duration,
+    /// When the head index was last read because entries had been left out.
+    last_index_read: Instant,
+    /// The next slot the sweep looks at (see `heads.rs`).
+    sweep_from: u32,
 }
+
+/// The shortest time between two reads of the head index made because
+/// the last one left entries out.
+const INDEX_REREAD: Duration = Duration::from_millis(100);
 
 impl Fetcher {
     pub(crate) fn new(
@@ -175,7 +184,55 @@ impl Fetcher {
             cancel,
             last_rescan: Instant::now(),
             error_backoff: Duration::from_millis(50),
+            last_index_read: Instant::now(),
+            sweep_from: 0,
         }
+    }
+
+    /// The next few slots the sweep looks at, in turn (serial mode: of
+    /// those it may take from).
+    fn sweep(&mut self, allowed: Option<&std::collections::HashSet<u32>>) -> Vec<u32> {
+        let slots = self.topic.spec.slots.max(1);
+        let mut out = Vec::with_capacity(SWEEP);
+        for i in 0..slots {
+            let slot = (self.sweep_from + i) % slots;
+            if allowed.is_none_or(|a| a.contains(&slot)) {
+                out.push(slot);
+                if out.len() == SWEEP {
+                    self.sweep_from = (slot + 1) % slots;
+                    return out;
+                }
+            }
+        }
+        self.sweep_from = 0;
+        out
+    }
+
+    /// Looks at the slots it knows nothing of: through the head index when
+    /// the connection keeps one and it is complete, else one look per slot
+    /// (after which a parallel consumer that looked at every slot marks the
+    /// index complete). False when Redis could not be reached.
+    async fn look(
+        &mut self,
+        unknown: &[u32],
+        allowed: Option<&std::collections::HashSet<u32>>,
+    ) -> bool {
+        if self.topic.redis().head_index {
+            let sweep = self.sweep(allowed);
+            match heads::look(&self.topic, &self.shared, &sweep).await {
+                Looked::Done => return true,
+                Looked::Failed => return false,
+                Looked::Incomplete => {}
+            }
+        }
+        if !survey(&self.topic, &self.shared, unknown).await {
+            return false;
+        }
+        let everything = unknown.len() == self.topic.spec.slots as usize;
+        if self.topic.redis().head_index && !self.serial && everything {
+            heads::mark_complete(&self.topic).await;
+        }
+        true
     }
 
     /// A capped topic's round is trimmed to the in-flight permits granted
@@ -312,7 +369,7 @@ impl Fetcher {
             if let Some(a) = &allowed {
                 unknown.retain(|slot| a.contains(slot));
             }
-            if !unknown.is_empty() && !survey(&self.topic, &self.shared, &unknown).await {
+            if !unknown.is_empty() && !self.look(&unknown, allowed.as_ref()).await {
                 if !self.back_off().await {
                     return None;
                 }
@@ -333,11 +390,23 @@ impl Fetcher {
             if !ready.is_empty() {
                 return Some(ready);
             }
+            // The last index read left entries out, and they may come
+            // before the sleep ends: read it again (not too often).
+            if self.shared.lock().index_exhausted(wait)
+                && self.last_index_read.elapsed() >= INDEX_REREAD
+            {
+                self.last_index_read = Instant::now();
+                self.shared.lock().mark_all();
+                continue;
+            }
             let until_rescan = self.cfg.rescan.saturating_sub(self.last_rescan.elapsed());
-            let sleep = wait
+            let mut sleep = wait
                 .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
                 .unwrap_or(until_rescan)
                 .min(until_rescan);
+            if self.shared.lock().index_exhausted(wait) {
+                sleep = sleep.min(INDEX_REREAD);
+            }
             tokio::select! {
                 _ = self.shared.notify.notified() => {}
                 _ = tokio::time::sleep(sleep) => {}

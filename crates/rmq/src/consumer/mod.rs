@@ -18,6 +18,7 @@
 
 mod delivery;
 mod fetcher;
+mod heads;
 mod inflight;
 mod limiter;
 mod pool;

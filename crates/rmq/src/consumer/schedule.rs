@@ -3,7 +3,8 @@
 //! slots to visit next and how long to sleep when none is ready.
 //!
 //! Knowledge comes from pop replies (head score, next retry, next lease
-//! deadline), from wake-up notifications and from periodic rescans; it may
+//! deadline), from wake-up notifications and from periodic rescans (on a
+//! single node, one read of the topic's head index; see `heads.rs`); it may
 //! be stale, which costs at most an empty pop, never a wrong delivery: the
 //! scripts decide what is due by the server clock.
 
@@ -32,6 +33,11 @@ pub(crate) struct Schedule {
     offset_ms: i64,
     /// Counts notices, so a reply can tell whether one came in meanwhile.
     generation: u64,
+    /// The last index read left entries out: they all sort after this
+    /// value (a time; for a priority topic's pending heads, "now"), so the
+    /// index is read again before sleeping past it or when nothing is
+    /// known.
+    index_horizon: Option<i64>,
 }
 
 pub(crate) fn local_ms() -> i64 {
@@ -57,6 +63,7 @@ impl Schedule {
             ],
             offset_ms: 0,
             generation: 0,
+            index_horizon: None,
         }
     }
 
@@ -74,6 +81,50 @@ impl Schedule {
         for s in &mut self.slots {
             s.next = Some(0);
             s.unknown = true;
+        }
+    }
+
+    /// Takes in a read of the head index (sent at notice generation
+    /// `since`; `entries` are (slot, value), smallest first, `more` when
+    /// some were left out): every slot becomes known, a slot without an
+    /// entry as holding nothing. What a notice said after the read was
+    /// sent is kept, since the read may predate it.
+    pub(crate) fn apply_index(&mut self, entries: &[(u32, i64)], more: bool, since: u64) {
+        let now = self.server_now();
+        for h in &mut self.slots {
+            h.unknown = false;
+            if h.noticed <= since {
+                h.next = None;
+                h.best = None;
+            }
+        }
+        let priority = self.kind == TopicKind::Priority;
+        for &(slot, v) in entries {
+            let Some(h) = self.slots.get_mut(slot as usize) else {
+                continue;
+            };
+            let (next, best) = if priority && v <= 0 {
+                (now, Some(-v))
+            } else {
+                (v, None)
+            };
+            h.next = Some(h.next.map_or(next, |n| n.min(next)));
+            h.best = h.best.max(best);
+        }
+        self.index_horizon = match entries.last() {
+            Some(&(_, v)) if more => Some(if priority && v <= 0 { now } else { v }),
+            _ => None,
+        };
+    }
+
+    /// Whether the index must be read again before the fetch loop sleeps
+    /// `wait_ms` (None: nothing known): the last read left entries out and
+    /// they may come before that.
+    pub(crate) fn index_exhausted(&self, wait_ms: Option<i64>) -> bool {
+        match (self.index_horizon, wait_ms) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(h), Some(w)) => self.server_now() + w > h,
         }
     }
 
@@ -228,6 +279,22 @@ mod tests {
         assert_eq!(s.unknown(), vec![1]);
         s.mark_all();
         assert_eq!(s.unknown(), vec![0, 1]);
+    }
+
+    #[test]
+    fn an_index_read_makes_every_slot_known_and_keeps_later_notices() {
+        let mut s = Schedule::new(TopicKind::Priority, 4);
+        let since = s.generation();
+        s.notify(3, 7 << 32); // a notice after the read was sent
+        let now = s.server_now();
+        s.apply_index(&[(1, -(9 << 32)), (2, now + 60_000)], false, since);
+        assert!(s.unknown().is_empty());
+        assert_eq!(s.ready(10, None), vec![1, 3], "best first; 0 holds nothing");
+        assert!(!s.index_exhausted(None));
+        // Entries left out: read again before sleeping past the last one.
+        s.apply_index(&[(2, now + 60_000)], true, s.generation());
+        assert!(!s.index_exhausted(Some(1_000)));
+        assert!(s.index_exhausted(Some(120_000)));
     }
 
     #[test]

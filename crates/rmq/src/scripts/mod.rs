@@ -14,6 +14,7 @@ pub(crate) mod admin;
 pub(crate) mod codes;
 pub(crate) mod control;
 pub(crate) mod functions;
+pub(crate) mod heads;
 pub(crate) mod inflight;
 pub(crate) mod lease;
 pub(crate) mod membership;
@@ -89,10 +90,11 @@ pub(crate) enum ScriptId {
     Rate,
     InFlight,
     Room,
+    Heads,
 }
 
 impl ScriptId {
-    pub(crate) const ALL: [ScriptId; 22] = [
+    pub(crate) const ALL: [ScriptId; 23] = [
         ScriptId::Send,
         ScriptId::Pop,
         ScriptId::Settle,
@@ -115,6 +117,7 @@ impl ScriptId {
         ScriptId::Rate,
         ScriptId::InFlight,
         ScriptId::Room,
+        ScriptId::Heads,
     ];
 
     pub(crate) fn source(self) -> (&'static str, &'static str) {
@@ -153,6 +156,8 @@ impl ScriptId {
             // Reserving room writes a count only; giving it back follows
             // settles, which work at maxmemory.
             ScriptId::Room => ("#!lua flags=allow-oom", include_str!("lua/room.lua")),
+            // Consumers read the index before they take: allowed at maxmemory.
+            ScriptId::Heads => ("#!lua flags=allow-oom", include_str!("lua/heads.lua")),
         }
     }
 }
@@ -184,6 +189,7 @@ impl ScriptId {
             ScriptId::Rate => "rate",
             ScriptId::InFlight => "inflight",
             ScriptId::Room => "room",
+            ScriptId::Heads => "heads",
         }
     }
 
@@ -207,7 +213,8 @@ impl ScriptId {
         )
     }
 
-    /// Whether the script writes nothing (a second run is harmless).
+    /// Whether the script writes nothing, or only what a second run
+    /// writes the same (a second run is harmless).
     pub(crate) fn read_only(self) -> bool {
         matches!(
             self,
@@ -217,6 +224,22 @@ impl ScriptId {
                 | ScriptId::DefineTopic
                 | ScriptId::Membership
                 | ScriptId::Get
+                | ScriptId::Heads
+        )
+    }
+
+    /// Whether a call keeps the topic's head index (`lua/notify.lua`) when
+    /// the connection keeps one: the scripts that can make a slot's next
+    /// work earlier, and pop and settle, which set its entry exactly.
+    pub(crate) fn keeps_head_index(self) -> bool {
+        matches!(
+            self,
+            ScriptId::Send
+                | ScriptId::Pop
+                | ScriptId::Settle
+                | ScriptId::Reschedule
+                | ScriptId::Pause
+                | ScriptId::DeadRequeue
         )
     }
 
@@ -414,6 +437,7 @@ mod tests {
                         | ScriptId::Rate
                         | ScriptId::InFlight
                         | ScriptId::Room
+                        | ScriptId::Heads
                 )
             })
             .collect();

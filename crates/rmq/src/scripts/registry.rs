@@ -84,19 +84,23 @@ pub(crate) fn drop_slot(keys: &[String]) -> (ScriptId, Cmd) {
 /// What define_topic.lua answered.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Defined {
-    /// Stored now, or already stored the same way.
+    /// Stored now.
+    Created,
+    /// Already stored the same way.
     Same,
     /// Another definition is stored (this one, as JSON); nothing written.
     Different(String),
 }
 
 impl Defined {
-    /// `{ 0 | 1, definition }` same; `{ 2, existing definition }` different.
+    /// `{ 0, definition }` created; `{ 1, definition }` same; `{ 2,
+    /// existing definition }` different.
     /// None for a reply of another shape.
     pub(crate) fn parse(reply: Value) -> Option<Defined> {
         let a = items(reply);
         match int_at(&a, 0)? {
-            0 | 1 => Some(Defined::Same),
+            0 => Some(Defined::Created),
+            1 => Some(Defined::Same),
             2 => Some(Defined::Different(
                 String::from_utf8_lossy(&bytes_at(&a, 1)?).into_owned(),
             )),
@@ -125,7 +129,7 @@ mod tests {
     fn replies_decode_by_their_code() {
         let reply =
             |code, def: &str| Value::Array(vec![Value::Int(code), Value::BulkString(def.into())]);
-        assert_eq!(Defined::parse(reply(0, "{}")), Some(Defined::Same));
+        assert_eq!(Defined::parse(reply(0, "{}")), Some(Defined::Created));
         assert_eq!(Defined::parse(reply(1, "{}")), Some(Defined::Same));
         assert_eq!(
             Defined::parse(reply(2, "{\"a\":1}")),

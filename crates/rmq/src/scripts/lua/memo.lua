@@ -19,7 +19,11 @@
 -- delivery ids without payloads), and memo_key_at when its request key is
 -- not KEYS[11].
 
+-- A single node's KEYS[11] is the topic's index of slot heads (notify.lua).
 local MEMO = KEYS[memo_key_at or 11]
+if MEMO and not string.find(MEMO, ':req:', 1, true) then
+  MEMO = nil
+end
 if MEMO then
   local seen = redis.call('GET', MEMO)
   if seen then

@@ -1,5 +1,22 @@
--- notify.lua: a slot's head (the next message in consumption order) and
--- the wake-up notice published when it changes.
+-- notify.lua: a slot's head (the next message in consumption order), the
+-- wake-up notice published when it changes, and the topic's head index.
+--
+-- The head index (a single node only; see heads.lua) is one ZSET per topic,
+-- slot -> when the slot may next have work: for a priority topic, minus the
+-- score of its best pending message (<= 0: ready now, best first), else the
+-- time (ms) of the earliest of its first due message, its first priority
+-- retry and its first lease deadline. A slot with nothing is absent. An
+-- entry is never later than the slot's next work: every write that makes
+-- work earlier lowers it (announce), and pop and settle set it exactly.
+-- So an idle consumer reads one key instead of looking at every slot.
+-- The caller passes the index as KEYS[11] when it keeps one; a cluster's
+-- KEYS[11] is a request key (memo.lua), which carries a hash tag and
+-- ':req:', and is never taken for the index. The index is written last in
+-- every script, after the slot's own writes.
+local IDX = KEYS[11]
+if IDX and (string.find(IDX, '{', 1, true) or string.find(IDX, ':req:', 1, true)) then
+  IDX = nil
+end
 
 -- The first message in consumption order: member and score, or nil.
 local function head(kind)
@@ -23,6 +40,70 @@ local function first_score(key)
   return false
 end
 
+-- The index value of pending work whose head has score s.
+local function index_value(kind, s)
+  if kind == 'p' then
+    return -s
+  end
+  return s
+end
+
+-- Lowers the slot's index entry to v (never raises it).
+local function index_lower(slot, v)
+  if IDX then
+    redis.call('ZADD', IDX, 'LT', fmt(v), slot)
+  end
+end
+
+-- The index value of a slot from its pending head score (ignored while
+-- paused), first priority retry and first lease deadline (each or false).
+local function index_of(kind, head_score, retry_at, flight_at, paused)
+  local v = false
+  if head_score and not paused then
+    v = index_value(kind, head_score)
+  end
+  for _, t in ipairs({ retry_at, flight_at }) do
+    if t and (not v or t < v) then
+      v = t
+    end
+  end
+  return v
+end
+
+-- Sets the slot's index entry to v (false: the slot has nothing).
+local function index_put(slot, v)
+  if not IDX then
+    return
+  end
+  if v then
+    redis.call('ZADD', IDX, fmt(v), slot)
+  else
+    redis.call('ZREM', IDX, slot)
+  end
+end
+
+-- The first score of a zset the caller may not have read (false when it
+-- is empty or holds a foreign type: a script that already wrote must not
+-- fail on it).
+local function first_score_if_zset(key)
+  local r = redis.pcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if type(r) == 'table' and r[2] then
+    return tonumber(r[2])
+  end
+  return false
+end
+
+-- Sets the slot's index entry from what the slot holds now (q and l were
+-- read by the caller: they hold the right types).
+local function index_set(kind, slot)
+  if IDX then
+    local _, s = head(kind)
+    local paused = redis.call('HEXISTS', K.l, 'paused') == 1
+    local retry_at, flight_at = first_score_if_zset(K.r), first_score_if_zset(K.f)
+    index_put(slot, index_of(kind, s, retry_at, flight_at, paused))
+  end
+end
+
 -- Publishes "<slot>,<score>" when the head of the pending set changed, and
 -- "<slot>,<ms>,t" when a priority retry was scheduled (wake up then).
 -- A channel with a hash tag ('{') is a cluster's sharded channel of this
@@ -36,8 +117,10 @@ local function announce(kind, channel, slot, before_member, before_score, c)
   end
   if m and (m ~= before_member or s ~= before_score) then
     redis.call(cmd, channel, slot .. ',' .. fmt(s))
+    index_lower(slot, index_value(kind, s))
   end
   if c and c.retry_at then
     redis.call(cmd, channel, slot .. ',' .. fmt(c.retry_at) .. ',t')
+    index_lower(slot, c.retry_at)
   end
 end

@@ -197,6 +197,7 @@ end
 
 local _, qs = head(kind)
 local retry_at, flight_at = first_score(K.r), first_score(K.f)
+index_put(slot, index_of(kind, qs, retry_at, flight_at, paused))
 if paused then
   -- Nothing to take until a resume, which sends a notice; expired leases
   -- are still rolled back (the first in-flight deadline is reported).

@@ -1,0 +1,85 @@
+//! Looking at a topic through its head index (a single node only; see
+//! `scripts/lua/notify.lua`): at start, after a reconnection and at every
+//! rescan, one read tells the consumer which slots have work and when,
+//! whatever the slot count, instead of one look per slot. A few slots are
+//! looked at directly with each read, in turn (the sweep), so that an
+//! entry the index lacks (a slot written by an older rmq, say) is still
+//! found.
+//!
+//! A topic defined before the index existed has no complete index: its
+//! first parallel consumer looks at every slot once (each look writes the
+//! slot's entry), then marks the index complete.
+
+use super::pop::{parse_pop, pop_call};
+use super::Shared;
+use crate::keys::head_index;
+use crate::scripts::heads::{self, Heads};
+use crate::topic::Topic;
+
+/// Index entries read at most per call: all others sort after them.
+const READ_LIMIT: usize = 10_000;
+/// Slots looked at directly with each read of the index.
+pub(crate) const SWEEP: usize = 4;
+
+/// What a look through the index came to.
+pub(crate) enum Looked {
+    /// Every slot is known now.
+    Done,
+    /// The index is not complete (yet): look at every slot instead.
+    Incomplete,
+    /// Redis could not be reached.
+    Failed,
+}
+
+/// Reads the index (up to [`READ_LIMIT`] entries) and looks at `sweep`
+/// directly, in one round trip, and records what both say.
+pub(crate) async fn look(topic: &Topic, shared: &Shared, sweep: &[u32]) -> Looked {
+    let index = head_index(topic.prefix(), topic.name());
+    let mut calls = vec![heads::read(&index, READ_LIMIT)];
+    let args = topic.cached().args.clone();
+    calls.extend(
+        sweep
+            .iter()
+            .map(|&slot| pop_call(topic, &args, slot, 0, None)),
+    );
+    let since = shared.lock().generation();
+    let mut replies = match topic.redis().run(calls).await {
+        Ok(r) => r.into_iter(),
+        Err(e) => {
+            tracing::warn!(topic = %topic.name(), "reading the head index failed, will retry: {e}");
+            return Looked::Failed;
+        }
+    };
+    let read = match replies.next() {
+        Some(Ok(v)) => Heads::parse(v),
+        Some(Err(e)) => {
+            tracing::warn!(topic = %topic.name(), "the head index is unreadable, looking at every slot: {e}");
+            None
+        }
+        None => None,
+    };
+    let Some(read) = read.filter(|r| r.complete) else {
+        return Looked::Incomplete;
+    };
+    let mut s = shared.lock();
+    s.apply_index(&read.entries, read.more, since);
+    for (&slot, reply) in sweep.iter().zip(replies) {
+        if let Ok(v) = reply {
+            let p = parse_pop(&topic.spec, slot, v);
+            topic.give_back_room_later(p.ended);
+            s.observe_server_time(p.now);
+            s.after_pop(slot, since, p.head, p.retry, p.lease, p.now);
+        }
+    }
+    Looked::Done
+}
+
+/// Notes the index complete, after every slot was looked at (each look
+/// wrote its slot's entry).
+pub(crate) async fn mark_complete(topic: &Topic) {
+    let index = head_index(topic.prefix(), topic.name());
+    let (id, cmd) = heads::mark(&index);
+    if let Err(e) = topic.redis().run_one(id, cmd).await {
+        tracing::debug!(topic = %topic.name(), "marking the head index complete failed: {e}");
+    }
+}
