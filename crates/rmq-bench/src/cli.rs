@@ -50,6 +50,14 @@ pub(crate) struct Args {
     /// --cluster and --only.
     #[arg(long, conflicts_with_all = ["instructions", "forward", "coordination"])]
     pub(crate) store: bool,
+    /// Measure fleets of parallel consumers instead (a throwaway Redis):
+    /// 1, 16 and 130 consumers (each a client of its own) over 16, 1,024
+    /// and 65,536 slots, with the head index and without: script calls
+    /// and Redis CPU at start, idle and at 1k msg/s, pop calls per
+    /// delivered message, lateness, and a backlog's drain rate. Ignores
+    /// --redis, --cluster and --only.
+    #[arg(long, conflicts_with_all = ["instructions", "forward", "coordination", "store"])]
+    pub(crate) fleet: bool,
     /// Run only the scenarios whose name contains one of these (comma separated);
     /// "NAME PARAMS" (e.g. "consume concurrency=128 batch=64") runs one case.
     #[arg(long, value_delimiter = ',')]

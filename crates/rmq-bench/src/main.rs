@@ -20,6 +20,7 @@ mod consume;
 mod consume_mode;
 mod coordination;
 mod env;
+mod fleet;
 mod forward;
 mod handover;
 mod instructions;
@@ -65,6 +66,9 @@ fn main() -> std::process::ExitCode {
     }
     if args.store {
         return run_mode("--store", store::measure(scale));
+    }
+    if args.fleet {
+        return run_mode("--fleet", fleet::measure(scale, args.smoke));
     }
     // The throwaway server lives until the end of main (dropping it kills it).
     let server = match (&args.redis, args.cluster) {

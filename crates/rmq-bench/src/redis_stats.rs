@@ -63,3 +63,39 @@ pub(crate) async fn settled_used_memory(
     }
     Ok(last)
 }
+
+/// Script calls Redis ran so far (every lease, membership, pop and
+/// settle call is one; the commands a script runs inside are not
+/// counted). Besides these, each client reads its topic's settings every
+/// 2 s with one `HGET`.
+pub(crate) async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> Result<f64> {
+    const SCRIPT_CALLS: [&str; 6] = [
+        "evalsha",
+        "evalsha_ro",
+        "eval",
+        "eval_ro",
+        "fcall",
+        "fcall_ro",
+    ];
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    let mut total = 0.0;
+    for line in info.lines() {
+        let Some((name, rest)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        if SCRIPT_CALLS.contains(&name) {
+            total += rest
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0);
+        }
+    }
+    Ok(total)
+}

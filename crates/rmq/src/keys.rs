@@ -102,9 +102,11 @@ pub(crate) fn parse_group_field(field: &str) -> Option<(&str, &str)> {
 /// ZSET: a topic's head index, slot -> when it may next have work (a
 /// single node only: slot scripts write it next to keys of every hash
 /// slot; see `scripts/lua/notify.lua`). No hash tag: scripts tell it from a
-/// cluster's request key by that.
+/// cluster's request key by that. The `#`, which neither a prefix nor a
+/// topic may hold, keeps it apart from every key of any other prefix
+/// (`app:heads#topics` is no topic registry of a prefix `app:heads`).
 pub(crate) fn head_index(prefix: &str, topic: &str) -> String {
-    format!("{prefix}:heads:{topic}")
+    format!("{prefix}:heads#{topic}")
 }
 
 /// The head index of the topic whose slot key is `slot_key`

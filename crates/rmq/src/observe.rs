@@ -12,7 +12,9 @@
 //!   handlers `ConsumerBuilder::run` runs.
 //! - `rmq_lease_extensions_total`, `rmq_fenced_total` (serial mode: calls
 //!   refused because this consumer no longer holds the slot),
-//!   `rmq_wakeups_total` (notices received).
+//!   `rmq_wakeups_total` (notices received), `rmq_pops_total` (`outcome`:
+//!   taken or empty; the fetch loop's pop calls, one per slot, so that
+//!   empty pops per delivery show how often consumers wake for nothing).
 //! - `rmq_redis_call_duration_seconds` (`script`: send, pop, settle, ...):
 //!   one round trip to Redis, a pipeline of calls of that script (the one
 //!   metric labelled by script rather than topic: a round trip may serve
@@ -69,6 +71,11 @@ pub(crate) fn lease_extended(topic: &str) {
 
 pub(crate) fn fenced(topic: &str) {
     counter!("rmq_fenced_total", "topic" => topic.to_string()).increment(1);
+}
+
+pub(crate) fn popped(topic: &str, taken: bool) {
+    let outcome = if taken { "taken" } else { "empty" };
+    counter!("rmq_pops_total", "topic" => topic.to_string(), "outcome" => outcome).increment(1);
 }
 
 pub(crate) fn woken(topic: &str) {

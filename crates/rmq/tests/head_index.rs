@@ -33,7 +33,7 @@ async fn start_up_and_idle_calls(server: &Backend, idle: Duration) -> (u64, u64)
 fn head_index_of(topic: &Topic) -> String {
     let slot_key = &topic.keys_of_slot(0)[0];
     let prefix = slot_key.split(":{").next().unwrap();
-    format!("{prefix}:heads:{}", topic.name())
+    format!("{prefix}:heads#{}", topic.name())
 }
 
 fn single_node() -> bool {
@@ -167,5 +167,115 @@ async fn a_crashed_consumers_delivery_is_retaken_at_its_lease_end_by_a_consumer_
     assert_eq!((text(&d.payload).as_str(), d.attempt), ("crashes", 2));
     assert!(crashed_at.elapsed() >= Duration::from_millis(1_400));
     d.ack().await.unwrap();
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_foreign_key_at_the_head_index_costs_looks_and_changes_nothing_else() {
+    if !single_node() {
+        return;
+    }
+    let (server, _c, topic) = setup(TopicKind::FixedTime, 64).await;
+    let index = head_index_of(&topic);
+    raw(&server, &["DEL", &index]).await;
+    raw(&server, &["SET", &index, "oops"]).await;
+    for i in 0..20 {
+        topic
+            .send(Message::new(format!("m{i}")).delay(Duration::ZERO))
+            .await
+            .unwrap();
+    }
+    let stop = rmq::CancellationToken::new();
+    let mut s = topic.consumer().stream(stop.clone());
+    let mut got = 0;
+    while let Some(d) = next(&mut s, 3).await {
+        d.ack().await.unwrap();
+        got += 1;
+    }
+    assert_eq!(got, 20, "every message sent, taken and acked");
+    assert_eq!(
+        raw(&server, &["GET", &index]).await,
+        redis::Value::BulkString(b"oops".to_vec()),
+        "the foreign key is left alone"
+    );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn with_the_index_turned_off_nothing_keeps_it_and_a_consumer_looks_at_every_slot() {
+    if !single_node() {
+        return;
+    }
+    let server = RedisServer::start();
+    let options = rmq::ClientOptions {
+        head_index: false,
+        ..rmq::ClientOptions::default()
+    };
+    let client = rmq::Client::connect_with(&server.url(), options)
+        .await
+        .unwrap();
+    let topic = client
+        .define_topic(TopicSpec::new("t", TopicKind::FixedTime).slots(64))
+        .await
+        .unwrap();
+    let backend = Backend::Single(server);
+    for i in 0..10 {
+        topic
+            .send(Message::new(format!("m{i}")).delay(Duration::ZERO))
+            .await
+            .unwrap();
+    }
+    let before = calls(&backend).await;
+    let stop = rmq::CancellationToken::new();
+    let mut s = topic.consumer().stream(stop.clone());
+    let mut got = 0;
+    while let Some(d) = next(&mut s, 2).await {
+        d.ack().await.unwrap();
+        got += 1;
+    }
+    assert_eq!(got, 10);
+    let looks = calls(&backend).await - before;
+    assert!(
+        looks >= 64,
+        "{looks} script calls: one look per slot at start"
+    );
+    let index = head_index_of(&topic);
+    assert_eq!(
+        raw(&backend, &["EXISTS", &index]).await,
+        redis::Value::Int(0)
+    );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_prefix_that_looks_like_a_request_key_keeps_its_index_apart() {
+    if !single_node() {
+        return;
+    }
+    // A cluster's calls carry a request key ('...:req:...') where one node's
+    // carry the head index: neither may be taken for the other.
+    let server = RedisServer::start();
+    let options = rmq::ClientOptions::default().prefix("svc:req");
+    let client = rmq::Client::connect_with(&server.url(), options)
+        .await
+        .unwrap();
+    let topic = client
+        .define_topic(TopicSpec::new("t", TopicKind::Priority).slots(4))
+        .await
+        .unwrap();
+    for i in 0..3 {
+        topic.send(Message::new(format!("m{i}"))).await.unwrap();
+    }
+    let stop = rmq::CancellationToken::new();
+    let mut s = topic.consumer().stream(stop.clone());
+    let mut got = Vec::new();
+    while let Some(d) = next(&mut s, 2).await {
+        got.push(text(&d.payload));
+        d.ack().await.unwrap();
+    }
+    got.sort();
+    assert_eq!(got, ["m0", "m1", "m2"]);
+    let stats = topic.stats().await.unwrap().total;
+    assert_eq!((stats.sent, stats.acked), (3, 3));
     stop.cancel();
 }

@@ -345,7 +345,7 @@ async fn check_head_index(
     let Some(conn) = index else { return Ok(()) };
     let slot_key = &topic.keys_of_slot(0)[0];
     let prefix = slot_key.split(":{").next().unwrap_or_default();
-    let key = format!("{prefix}:heads:{}", topic.name());
+    let key = format!("{prefix}:heads#{}", topic.name());
     let entry: Option<f64> = redis::cmd("ZSCORE")
         .arg(&key)
         .arg(0)

@@ -28,8 +28,7 @@ pub use lifecycle::Deleted;
 pub use options::{redact, ClientOptions, Password, TlsOptions};
 pub use preflight::ServerWarning;
 use preflight::{
-    check_functions_loaded, first_time_in_this_process, keeps_head_index, preflight,
-    supports_waitaof,
+    check_functions_loaded, first_time_in_this_process, preflight, supports_waitaof, Preflight,
 };
 
 /// A handle on one Redis for one prefix. Clone it freely.
@@ -170,7 +169,10 @@ impl Client {
     async fn finish(mut redis: Redis, options: ClientOptions, shown: String) -> Result<Client> {
         redis.functions = options.functions;
         redis.failover_window = options.failover_window;
-        let warnings = preflight(&redis, &options).await?;
+        let Preflight {
+            warnings,
+            standalone,
+        } = preflight(&redis, &options).await?;
         for w in &warnings {
             if !first_time_in_this_process(&format!("{shown} {w}")) {
                 continue;
@@ -182,7 +184,7 @@ impl Client {
             }
         }
         redis.waitaof = supports_waitaof(&redis).await;
-        redis.head_index = keeps_head_index(&redis).await;
+        redis.head_index = options.head_index && standalone;
         if redis.functions {
             check_functions_loaded(&redis).await?;
         } else {

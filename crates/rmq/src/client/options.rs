@@ -34,6 +34,14 @@ pub struct ClientOptions {
     /// Default 15 s: more than a node time-out of a few seconds plus the
     /// election; raise it with the cluster's `cluster-node-timeout`.
     pub failover_window: Duration,
+    /// A single server (not in cluster mode): keep each topic's head index,
+    /// so that an idle consumer reads one key instead of looking at every
+    /// slot (see the README, "Idle cost and the slot count"). On by
+    /// default. Turn it off in every process of a prefix while processes
+    /// of an rmq that does not keep it still send to it (a rolling upgrade):
+    /// their sends would not be in the index, and consumers reading it would
+    /// find them only by the slow sweep. Ignored on a cluster.
+    pub head_index: bool,
 }
 
 /// TLS for `rediss://` URLs (rustls). The server's certificate and host
@@ -138,6 +146,7 @@ impl Default for ClientOptions {
             tls: None,
             functions: false,
             failover_window: crate::conn::DEFAULT_FAILOVER_WINDOW,
+            head_index: true,
         }
     }
 }

@@ -108,26 +108,6 @@ pub(super) async fn supports_waitaof(redis: &Redis) -> bool {
         })
 }
 
-/// Whether the connection reaches one server that is not in cluster mode
-/// (`redis_mode:standalone`): then a script may touch keys of any hash
-/// slot, and slot scripts keep each topic's head index. A server in
-/// cluster mode refuses that (CROSSSLOT) even when reached as one node.
-pub(super) async fn keeps_head_index(redis: &Redis) -> bool {
-    if redis.is_cluster() {
-        return false;
-    }
-    let mut info = redis::cmd("INFO");
-    info.arg("server");
-    let Ok(replies) = on_every_master(redis, info).await else {
-        return false;
-    };
-    replies.len() == 1
-        && replies.into_iter().all(|v| {
-            let text: String = redis::from_redis_value(v).unwrap_or_default();
-            text.lines().any(|l| l.trim() == "redis_mode:standalone")
-        })
-}
-
 /// Locked-down mode: the library must be there (`FUNCTION LIST`; when the
 /// user may not list functions, the first call reports it instead).
 pub(super) async fn check_functions_loaded(redis: &Redis) -> Result<()> {
@@ -194,17 +174,28 @@ pub(super) async fn on_every_master(
     }
 }
 
-pub(super) async fn preflight(
-    redis: &Redis,
-    options: &ClientOptions,
-) -> Result<Vec<ServerWarning>> {
+/// What the checks at connect found.
+pub(super) struct Preflight {
+    /// What weakens a guarantee.
+    pub(super) warnings: Vec<ServerWarning>,
+    /// One server, not in cluster mode (`redis_mode:standalone`): a script
+    /// may touch keys of any hash slot there, so slot scripts can keep each
+    /// topic's head index. A server in cluster mode refuses that
+    /// (CROSSSLOT) even when reached as one node.
+    pub(super) standalone: bool,
+}
+
+pub(super) async fn preflight(redis: &Redis, options: &ClientOptions) -> Result<Preflight> {
     let mut warnings = Vec::new();
     let mut info = redis::cmd("INFO");
     info.arg("server");
-    for v in on_every_master(redis, info).await? {
+    let servers = on_every_master(redis, info).await?;
+    let mut standalone = !redis.is_cluster() && servers.len() == 1;
+    for v in servers {
         let text: String = redis::from_redis_value(v)
             .map_err(|e| Error::new(ErrorKind::Redis, format!("unexpected INFO reply: {e}")))?;
         check_version(&text)?;
+        standalone &= text.lines().any(|l| l.trim() == "redis_mode:standalone");
     }
     let mut get = redis::cmd("CONFIG");
     get.arg("GET").arg("maxmemory-policy");
@@ -266,7 +257,10 @@ pub(super) async fn preflight(
             }
         }
     }
-    Ok(warnings)
+    Ok(Preflight {
+        warnings,
+        standalone,
+    })
 }
 
 #[cfg(test)]

@@ -43,7 +43,10 @@ impl Client {
             // every slot.
             let index = keys::head_index(self.prefix(), &spec.name);
             let (id, cmd) = heads::mark(&index);
-            self.inner.ctx.redis.run_one(id, cmd).await?;
+            if let Err(e) = self.inner.ctx.redis.run_one(id, cmd).await {
+                // Its first consumer looks at every slot, then marks it.
+                tracing::warn!(topic = %spec.name, "marking the head index failed: {e}");
+            }
         }
         self.set_flow(&spec, false).await?;
         Ok(Topic::new(self.inner.ctx.clone(), spec))

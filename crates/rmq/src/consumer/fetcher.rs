@@ -19,7 +19,7 @@ use super::delivery::Delivery;
 use super::heads::{self, Looked, SWEEP};
 use super::inflight::Taken;
 use super::pool::Probe;
-use super::pop::{parse_pop, pop_call, survey};
+use super::pop::{parse_pop, pop_call, survey, Surveyed};
 use super::rate;
 use super::settler::Settler;
 use super::Shared;
@@ -210,8 +210,9 @@ impl Fetcher {
 
     /// Looks at the slots it knows nothing of: through the head index when
     /// the connection keeps one and it is complete, else one look per slot
-    /// (after which a parallel consumer that looked at every slot marks the
-    /// index complete). False when Redis could not be reached.
+    /// (after which a parallel consumer whose look at every slot got every
+    /// answer marks the index complete). False when Redis could not be
+    /// reached.
     async fn look(
         &mut self,
         unknown: &[u32],
@@ -225,14 +226,16 @@ impl Fetcher {
                 Looked::Incomplete => {}
             }
         }
-        if !survey(&self.topic, &self.shared, unknown).await {
-            return false;
-        }
+        let surveyed = survey(&self.topic, &self.shared, unknown).await;
         let everything = unknown.len() == self.topic.spec.slots as usize;
-        if self.topic.redis().head_index && !self.serial && everything {
-            heads::mark_complete(&self.topic).await;
+        match surveyed {
+            Surveyed::Unreachable => false,
+            Surveyed::All if self.topic.redis().head_index && !self.serial && everything => {
+                heads::mark_complete(&self.topic).await;
+                true
+            }
+            _ => true,
         }
-        true
     }
 
     /// A capped topic's round is trimmed to the in-flight permits granted
@@ -509,6 +512,7 @@ impl Fetcher {
                 }
             };
             let popped = parse_pop(&self.topic.spec, slot, a);
+            crate::observe::popped(self.topic.name(), !popped.messages.is_empty());
             self.topic.give_back_room_later(popped.ended);
             {
                 let mut s = self.shared.lock();

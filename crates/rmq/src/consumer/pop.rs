@@ -33,9 +33,20 @@ pub(crate) fn pop_call(
     .call()
 }
 
+/// What a survey came to.
+pub(crate) enum Surveyed {
+    /// Every slot answered.
+    All,
+    /// Some slots' looks failed (each is looked at again in a second).
+    Some,
+    /// Redis could not be reached.
+    Unreachable,
+}
+
 /// Looks at slots without taking (count 0): reclaims expired leases and
-/// learns each slot's head. False when Redis could not be reached.
-pub(crate) async fn survey(topic: &Topic, shared: &Shared, slots: &[u32]) -> bool {
+/// learns each slot's head.
+pub(crate) async fn survey(topic: &Topic, shared: &Shared, slots: &[u32]) -> Surveyed {
+    let mut all = true;
     for chunk in slots.chunks(SURVEY_CHUNK) {
         let calls = chunk
             .iter()
@@ -46,7 +57,7 @@ pub(crate) async fn survey(topic: &Topic, shared: &Shared, slots: &[u32]) -> boo
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(topic = %topic.name(), "looking at slots failed, will retry: {e}");
-                return false;
+                return Surveyed::Unreachable;
             }
         };
         for (&slot, r) in chunk.iter().zip(replies) {
@@ -59,6 +70,7 @@ pub(crate) async fn survey(topic: &Topic, shared: &Shared, slots: &[u32]) -> boo
                     s.after_pop(slot, since, p.head, p.retry, p.lease, p.now);
                 }
                 Err(e) => {
+                    all = false;
                     tracing::error!(topic = %topic.name(), slot, "looking at a slot failed: {e}");
                     let now = s.server_now();
                     s.after_pop(slot, since, None, None, Some(now + 1_000), now);
@@ -66,7 +78,11 @@ pub(crate) async fn survey(topic: &Topic, shared: &Shared, slots: &[u32]) -> boo
             }
         }
     }
-    true
+    if all {
+        Surveyed::All
+    } else {
+        Surveyed::Some
+    }
 }
 
 /// A pop reply, decoded.

@@ -19,9 +19,10 @@
 -- delivery ids without payloads), and memo_key_at when its request key is
 -- not KEYS[11].
 
--- A single node's KEYS[11] is the topic's index of slot heads (notify.lua).
+-- A single node's KEYS[11] is the topic's index of slot heads (notify.lua),
+-- which has no hash tag; a request key always has its slot's.
 local MEMO = KEYS[memo_key_at or 11]
-if MEMO and not string.find(MEMO, ':req:', 1, true) then
+if MEMO and not string.find(MEMO, '{', 1, true) then
   MEMO = nil
 end
 if MEMO then

@@ -10,11 +10,13 @@
 -- work earlier lowers it (announce), and pop and settle set it exactly.
 -- So an idle consumer reads one key instead of looking at every slot.
 -- The caller passes the index as KEYS[11] when it keeps one; a cluster's
--- KEYS[11] is a request key (memo.lua), which carries a hash tag and
--- ':req:', and is never taken for the index. The index is written last in
--- every script, after the slot's own writes.
+-- KEYS[11] is a request key (memo.lua), which carries a hash tag (the
+-- index never does), and is never taken for the index. The index is
+-- written last, with pcall: a foreign key there must not fail a script
+-- that already wrote (consumers then find the index unreadable and look
+-- at every slot instead).
 local IDX = KEYS[11]
-if IDX and (string.find(IDX, '{', 1, true) or string.find(IDX, ':req:', 1, true)) then
+if IDX and string.find(IDX, '{', 1, true) then
   IDX = nil
 end
 
@@ -51,7 +53,7 @@ end
 -- Lowers the slot's index entry to v (never raises it).
 local function index_lower(slot, v)
   if IDX then
-    redis.call('ZADD', IDX, 'LT', fmt(v), slot)
+    redis.pcall('ZADD', IDX, 'LT', fmt(v), slot)
   end
 end
 
@@ -76,9 +78,9 @@ local function index_put(slot, v)
     return
   end
   if v then
-    redis.call('ZADD', IDX, fmt(v), slot)
+    redis.pcall('ZADD', IDX, fmt(v), slot)
   else
-    redis.call('ZREM', IDX, slot)
+    redis.pcall('ZREM', IDX, slot)
   end
 end
 

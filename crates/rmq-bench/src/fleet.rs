@@ -1,0 +1,340 @@
+//! `--fleet`: what a fleet of parallel consumers costs Redis, with the
+//! head index and without it, side by side on one throwaway Redis.
+//!
+//! Each case is a fixed-time topic of `slots` slots and `consumers`
+//! consumers, each a client of its own (its own connections, as separate
+//! machines would have) in this one process: the original's 130 machines
+//! are 130 clients here. The two ways alternate within each size (with the
+//! index, then without, then the next size without, then with), so that a
+//! noisy neighbour weighs on both alike. Phases:
+//!
+//! - **start**: script calls from the first consumer's start until the
+//!   calls settle (two quiet half-seconds, or 60 s);
+//! - **idle**: script calls and Redis CPU per second over the window (two
+//!   of the consumers' 5 s safety-net rescans);
+//! - **1k msg/s**: 10 messages due now every 10 ms over the window: calls
+//!   and CPU per second, pop calls per delivered message (and how many of
+//!   them came back empty), due→handler lateness;
+//! - **saturation**: a backlog sent at once and drained: the rate, and
+//!   pop calls per delivered message.
+//!
+//! Pop calls are counted by the library's own `rmq_pops_total` metric
+//! (the fetch loop's pops: one per slot it visits), read through a
+//! debugging recorder.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use rmq::{CancellationToken, Client, ClientOptions, Outcome, Topic, TopicKind, TopicSpec};
+use rmq_test_support::RedisServer;
+use serde_json::json;
+use tokio::task::JoinSet;
+
+use crate::env::Env;
+use crate::latency::percentiles;
+use crate::redis_stats::{redis_cpu_secs, script_calls};
+use crate::report::{round, table, Row};
+use crate::runner::{run_case, Results};
+use crate::workload::{make, now_ms};
+
+const SLOTS: [u32; 3] = [16, 1_024, 65_536];
+const CONSUMERS: [usize; 3] = [1, 16, 130];
+
+/// Runs every case; prints a JSON line per case and a table at the end.
+/// Fails if any case failed.
+pub(crate) async fn measure(scale: f64, smoke: bool) -> Result<()> {
+    let recorder = DebuggingRecorder::new();
+    let pops = recorder.snapshotter();
+    metrics::set_global_recorder(recorder).context("installing the metrics recorder")?;
+    let redis = RedisServer::start();
+    let env = Env {
+        url: redis.url(),
+        cluster_nodes: None,
+        owned: true,
+        scale,
+        smoke,
+        counter: Default::default(),
+    };
+    let window = if smoke {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_secs(10)
+    };
+    let sizes: Vec<(u32, usize)> = if smoke {
+        vec![(16, 2)]
+    } else {
+        SLOTS
+            .iter()
+            .flat_map(|&s| CONSUMERS.iter().map(move |&c| (s, c)))
+            .collect()
+    };
+    let mut out = Results::default();
+    for (i, &(slots, consumers)) in sizes.iter().enumerate() {
+        let order = if i % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for index in order {
+            let label = format!("slots={slots} consumers={consumers} head_index={index}");
+            if !index && slots == 65_536 && consumers > 16 {
+                out.skip(
+                    "fleet",
+                    TopicKind::FixedTime,
+                    &label,
+                    "without the index each consumer looks at 65,536 slots every 5 s: \
+                     130 of them would keep this Redis saturated"
+                        .into(),
+                );
+                continue;
+            }
+            let case = Case {
+                slots,
+                consumers,
+                index,
+                window,
+            };
+            let pops = &pops;
+            run_case(
+                &env,
+                &mut out,
+                ("fleet", TopicKind::FixedTime, label),
+                env.n(20_000) + 20_000,
+                |_| case.run(&env, pops),
+            )
+            .await;
+        }
+    }
+    eprintln!("\n{}", table(&out.rows));
+    if !out.errors.is_empty() {
+        bail!("{} case(s) failed: {:?}", out.errors.len(), out.errors);
+    }
+    Ok(())
+}
+
+/// One fleet: its size, whether it keeps the head index, the window of
+/// its idle and 1k msg/s phases.
+#[derive(Clone, Copy)]
+struct Case {
+    slots: u32,
+    consumers: usize,
+    index: bool,
+    window: Duration,
+}
+
+/// What the consumers' handlers saw.
+#[derive(Default)]
+struct Seen {
+    delivered: AtomicU64,
+    /// due→handler lateness (ms) while recording.
+    lateness: Mutex<Option<Vec<i64>>>,
+}
+
+/// Script calls and Redis CPU seconds so far.
+async fn redis_work(conn: &mut redis::aio::MultiplexedConnection) -> Result<(f64, f64)> {
+    Ok((script_calls(conn).await?, redis_cpu_secs(conn).await?))
+}
+
+/// Pop calls since the last reading: (taken, empty).
+fn pops_since_last(snap: &Snapshotter) -> (u64, u64) {
+    let (mut taken, mut empty) = (0, 0);
+    for (key, _, _, value) in snap.snapshot().into_vec() {
+        let (_, key) = key.into_parts();
+        if key.name() != "rmq_pops_total" {
+            continue;
+        }
+        let DebugValue::Counter(n) = value else {
+            continue;
+        };
+        match key
+            .labels()
+            .find(|l| l.key() == "outcome")
+            .map(|l| l.value())
+        {
+            Some("taken") => taken += n,
+            Some("empty") => empty += n,
+            _ => {}
+        }
+    }
+    (taken, empty)
+}
+
+impl Case {
+    fn options(&self, prefix: &str) -> ClientOptions {
+        let mut o = ClientOptions::default().prefix(prefix);
+        o.head_index = self.index;
+        o
+    }
+
+    async fn run(self, env: &Env, pops: &Snapshotter) -> Result<Row> {
+        let prefix = env.fresh_prefix();
+        let producer = Client::connect_with(&env.url, self.options(&prefix)).await?;
+        let topic = producer
+            .define_topic(TopicSpec::new("fleet", TopicKind::FixedTime).slots(self.slots))
+            .await?;
+        let mut conn = env.raw().await?;
+        let seen = Arc::new(Seen::default());
+        let cancel = CancellationToken::new();
+        let _guard = cancel.clone().drop_guard();
+        let mut consumers = JoinSet::new();
+
+        // Start: every consumer, then until the calls settle.
+        let (calls0, _) = redis_work(&mut conn).await?;
+        let t0 = Instant::now();
+        for _ in 0..self.consumers {
+            let client = Client::connect_with(&env.url, self.options(&prefix)).await?;
+            let topic = client.topic("fleet").await?;
+            let (seen, stop) = (seen.clone(), cancel.clone());
+            consumers.spawn(async move {
+                let _client = client;
+                topic
+                    .consumer()
+                    .concurrency(16)
+                    .run(stop, move |r| {
+                        let seen = seen.clone();
+                        async move {
+                            let late = now_ms() - r.due_ms.unwrap_or_else(now_ms);
+                            if let Some(v) = seen
+                                .lateness
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .as_mut()
+                            {
+                                v.push(late);
+                            }
+                            seen.delivered.fetch_add(1, Ordering::Relaxed);
+                            Outcome::Ack
+                        }
+                    })
+                    .await
+            });
+        }
+        let start_calls = settle(&mut conn, calls0, self.consumers).await? - calls0;
+        let start_s = t0.elapsed().as_secs_f64();
+
+        // Idle.
+        let (c1, cpu1) = redis_work(&mut conn).await?;
+        tokio::time::sleep(self.window).await;
+        let (c2, cpu2) = redis_work(&mut conn).await?;
+        let w = self.window.as_secs_f64();
+        let idle_calls = (c2 - c1) / w;
+        let idle_cpu_ms = (cpu2 - cpu1) * 1e3 / w;
+
+        // 1k msg/s.
+        pops_since_last(pops);
+        *seen.lateness.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
+        let before = seen.delivered.load(Ordering::Relaxed);
+        let (c3, cpu3) = redis_work(&mut conn).await?;
+        let sent = steady(&topic, self.window).await?;
+        let (c4, cpu4) = redis_work(&mut conn).await?;
+        drained(&seen, before + sent).await?;
+        let (taken, empty) = pops_since_last(pops);
+        let lateness = seen
+            .lateness
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_default();
+        let load_calls = (c4 - c3) / w;
+        let load_cpu_ms = (cpu4 - cpu3) * 1e3 / w;
+
+        // Saturation: a backlog, sent at once, drained.
+        let backlog = if env.smoke { 200 } else { env.n(20_000) };
+        let before = seen.delivered.load(Ordering::Relaxed);
+        let t = Instant::now();
+        for chunk in (0..backlog).collect::<Vec<u64>>().chunks(1_000) {
+            let msgs: Vec<_> = chunk
+                .iter()
+                .map(|&i| make(TopicKind::FixedTime, i + 1_000_000, i))
+                .collect();
+            topic.send_batch(&msgs).await?;
+        }
+        drained(&seen, before + backlog).await?;
+        let sat_s = t.elapsed().as_secs_f64();
+        let (sat_taken, sat_empty) = pops_since_last(pops);
+
+        cancel.cancel();
+        while let Some(r) = consumers.join_next().await {
+            r??;
+        }
+        let per = |n: u64, d: u64| round(n as f64 / d.max(1) as f64, 3);
+        Ok(Row::new(
+            "fleet",
+            TopicKind::FixedTime,
+            json!({"slots": self.slots, "consumers": self.consumers, "head_index": self.index}),
+            sent,
+            w,
+        )
+        .with("start_script_calls", round(start_calls, 0))
+        .with("start_s", round(start_s, 2))
+        .with("idle_script_calls_per_s", round(idle_calls, 1))
+        .with("idle_redis_cpu_ms_per_s", round(idle_cpu_ms, 1))
+        .with("load_script_calls_per_s", round(load_calls, 1))
+        .with("load_redis_cpu_ms_per_s", round(load_cpu_ms, 1))
+        .with("load_pops_per_msg", per(taken + empty, sent))
+        .with("load_empty_pops_per_msg", per(empty, sent))
+        .with("load_lateness_ms", percentiles(lateness))
+        .with("saturation_msgs_per_s", round(backlog as f64 / sat_s, 0))
+        .with(
+            "saturation_pops_per_msg",
+            per(sat_taken + sat_empty, backlog),
+        ))
+    }
+}
+
+/// Waits until script calls settle (two half-seconds with fewer than
+/// 20 calls per consumer each, or 60 s); the calls then.
+async fn settle(
+    conn: &mut redis::aio::MultiplexedConnection,
+    mut last: f64,
+    consumers: usize,
+) -> Result<f64> {
+    let start = Instant::now();
+    let mut quiet = 0;
+    while quiet < 2 && start.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = script_calls(conn).await?;
+        if now - last < 20.0 * consumers as f64 {
+            quiet += 1;
+        } else {
+            quiet = 0;
+        }
+        last = now;
+    }
+    Ok(last)
+}
+
+/// Sends 10 messages due now every 10 ms for `window`; how many.
+async fn steady(topic: &Topic, window: Duration) -> Result<u64> {
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let end = Instant::now() + window;
+    let mut sent = 0u64;
+    while Instant::now() < end {
+        tick.tick().await;
+        let msgs: Vec<_> = (sent..sent + 10)
+            .map(|i| make(TopicKind::FixedTime, i, i))
+            .collect();
+        topic.send_batch(&msgs).await?;
+        sent += 10;
+    }
+    Ok(sent)
+}
+
+/// Waits until the handlers saw `total` deliveries (at most 60 s).
+async fn drained(seen: &Seen, total: u64) -> Result<()> {
+    let start = Instant::now();
+    while seen.delivered.load(Ordering::Relaxed) < total {
+        if start.elapsed() > Duration::from_secs(60) {
+            bail!(
+                "only {} of {total} delivered in 60 s",
+                seen.delivered.load(Ordering::Relaxed)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
