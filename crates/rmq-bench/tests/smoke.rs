@@ -237,3 +237,31 @@ fn smoke_rows(mode: &str) -> (Vec<serde_json::Value>, String) {
         .collect();
     (rows, stderr)
 }
+
+/// `--fleet --smoke`: one small fleet with the head index and without,
+/// each through every phase: the calls at start and idle, the load's
+/// deliveries with their pop calls counted, and the backlog drained.
+#[test]
+fn fleet_mode_measures_a_fleet_with_and_without_the_head_index() {
+    let (rows, stderr) = smoke_rows("--fleet");
+    let cases: Vec<bool> = rows
+        .iter()
+        .filter_map(|r| r["params"]["head_index"].as_bool())
+        .collect();
+    assert_eq!(cases, [true, false], "{stderr}");
+    for r in &rows {
+        assert!(r["msgs"].as_u64().is_some_and(|n| n > 0), "{r}");
+        for field in ["start_script_calls", "idle_script_calls_per_s"] {
+            assert!(r[field].as_f64().is_some_and(|n| n >= 0.0), "{field}: {r}");
+        }
+        // Every delivery came from a pop call the library counted.
+        assert!(
+            r["load_pops_per_msg"].as_f64().is_some_and(|n| n > 0.0),
+            "{r}"
+        );
+        assert!(
+            r["saturation_msgs_per_s"].as_f64().is_some_and(|n| n > 0.0),
+            "{r}"
+        );
+    }
+}
