@@ -54,8 +54,9 @@ pub(crate) struct Args {
     /// 1, 16 and 130 consumers (each a client of its own) over 16, 1,024
     /// and 65,536 slots, with the head index and without: script calls
     /// and Redis CPU at start, idle and at 1k msg/s, pop calls per
-    /// delivered message, lateness, and a backlog's drain rate. Ignores
-    /// --redis, --cluster and --only.
+    /// delivered message, lateness, and a backlog's drain rate. --only
+    /// picks cases by their label (e.g. "slots=65536"); ignores --redis
+    /// and --cluster.
     #[arg(long, conflicts_with_all = ["instructions", "forward", "coordination", "store"])]
     pub(crate) fleet: bool,
     /// Run only the scenarios whose name contains one of these (comma separated);

@@ -68,7 +68,7 @@ fn main() -> std::process::ExitCode {
         return run_mode("--store", store::measure(scale));
     }
     if args.fleet {
-        return run_mode("--fleet", fleet::measure(scale, args.smoke));
+        return run_mode("--fleet", fleet::measure(scale, args.smoke, &args.only));
     }
     // The throwaway server lives until the end of main (dropping it kills it).
     let server = match (&args.redis, args.cluster) {

@@ -226,7 +226,12 @@ impl Fetcher {
                 Looked::Incomplete => {}
             }
         }
-        let surveyed = survey(&self.topic, &self.shared, unknown).await;
+        // A survey of many slots takes many round trips: a consumer told to
+        // stop must not go on looking.
+        let surveyed = tokio::select! {
+            s = survey(&self.topic, &self.shared, unknown) => s,
+            () = self.cancel.cancelled() => return false,
+        };
         let everything = unknown.len() == self.topic.spec.slots as usize;
         match surveyed {
             Surveyed::Unreachable => false,
