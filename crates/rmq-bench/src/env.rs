@@ -49,9 +49,9 @@ impl Env {
 
     /// Another client on the same Redis (or cluster) under `prefix`.
     pub(crate) async fn client_with_prefix(&self, prefix: &str) -> Result<Client> {
-        let mut opts = ClientOptions::default().prefix(prefix);
         // A/B of the head index in any mode (e.g. --instructions).
-        opts.head_index = std::env::var("RMQ_BENCH_HEAD_INDEX").map_or(true, |v| v != "off");
+        let index = std::env::var("RMQ_BENCH_HEAD_INDEX").map_or(true, |v| v != "off");
+        let opts = ClientOptions::default().prefix(prefix).head_index(index);
         if self.cluster_nodes.is_some() {
             let seeds: Vec<&str> = self.url.split(',').map(str::trim).collect();
             return Client::connect_cluster(&seeds, opts)

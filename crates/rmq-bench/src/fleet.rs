@@ -167,9 +167,9 @@ fn pops_since_last(snap: &Snapshotter) -> (u64, u64) {
 
 impl Case {
     fn options(&self, prefix: &str) -> ClientOptions {
-        let mut o = ClientOptions::default().prefix(prefix);
-        o.head_index = self.index;
-        o
+        ClientOptions::default()
+            .prefix(prefix)
+            .head_index(self.index)
     }
 
     async fn run(self, env: &Env, pops: &Snapshotter) -> Result<Row> {

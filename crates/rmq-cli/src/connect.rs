@@ -12,6 +12,7 @@ pub async fn client(g: &Global) -> CliResult<Client> {
     let mut options = ClientOptions::default()
         .prefix(&g.prefix)
         .functions(g.functions)
+        .head_index(!g.no_head_index)
         .failover_window(std::time::Duration::from_millis(g.failover_window));
     if let Some(tls) = tls_options(g)? {
         options = options.tls(tls);

@@ -62,6 +62,11 @@ pub struct Global {
     /// (`rmq functions load`) with FCALL; never load or send Lua
     #[arg(long, env = "RMQ_FUNCTIONS", global = true)]
     pub functions: bool,
+    /// Do not keep the topics' head index (one Redis): needed in every
+    /// process of a prefix while processes of an rmq without the index
+    /// still send to it; consumers then look at every slot at each rescan
+    #[arg(long, env = "RMQ_NO_HEAD_INDEX", global = true)]
+    pub no_head_index: bool,
     /// Redis Cluster: how long a command keeps trying while a master fails
     /// over, before it gives up (ms; raise it with cluster-node-timeout)
     #[arg(

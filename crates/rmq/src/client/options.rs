@@ -165,6 +165,13 @@ impl ClientOptions {
         self
     }
 
+    /// Keeps (or not) each topic's head index on a single server (see
+    /// [`ClientOptions::head_index`]).
+    pub fn head_index(mut self, on: bool) -> Self {
+        self.head_index = on;
+        self
+    }
+
     /// Locked-down mode (see [`ClientOptions::functions`]).
     pub fn functions(mut self, on: bool) -> Self {
         self.functions = on;

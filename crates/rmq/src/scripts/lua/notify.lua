@@ -7,7 +7,8 @@
 -- time (ms) of the earliest of its first due message, its first priority
 -- retry and its first lease deadline. A slot with nothing is absent. An
 -- entry is never later than the slot's next work: every write that makes
--- work earlier lowers it (announce), and pop and settle set it exactly.
+-- work earlier lowers it (announce), pop sets it exactly, and settle
+-- removes it once the slot holds nothing.
 -- So an idle consumer reads one key instead of looking at every slot.
 -- The caller passes the index as KEYS[11] when it keeps one; a cluster's
 -- KEYS[11] is a request key (memo.lua), which carries a hash tag (the
@@ -95,14 +96,14 @@ local function first_score_if_zset(key)
   return false
 end
 
--- Sets the slot's index entry from what the slot holds now (q and l were
--- read by the caller: they hold the right types).
-local function index_set(kind, slot)
-  if IDX then
-    local _, s = head(kind)
-    local paused = redis.call('HEXISTS', K.l, 'paused') == 1
-    local retry_at, flight_at = first_score_if_zset(K.r), first_score_if_zset(K.f)
-    index_put(slot, index_of(kind, s, retry_at, flight_at, paused))
+-- After deliveries ended (settle): the slot's entry goes when the slot
+-- holds nothing any more. Anything else left it early, never late (an end
+-- only removes work; what settle requeues was announced), and the next pop
+-- sets it exactly: a cheap check on the hot path instead of a recount.
+-- (f and q were read by the caller: they hold the right types.)
+local function index_ended(kind, slot)
+  if IDX and redis.call('ZCARD', K.f) == 0 and not head(kind) and not first_score_if_zset(K.r) then
+    redis.pcall('ZREM', IDX, slot)
   end
 end
 

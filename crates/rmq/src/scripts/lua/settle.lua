@@ -224,5 +224,5 @@ flush_counters(c)
 if requeued then
   announce(kind, channel, slot, hm, hs, c)
 end
-index_set(kind, slot)
+index_ended(kind, slot)
 return codes
