@@ -38,14 +38,7 @@ const LOAD_SLOTS: u32 = 1_024;
 pub(crate) async fn measure(scale: f64, smoke: bool) -> Result<()> {
     let redis = RedisServer::start();
     let zk = ZooKeeperServer::start();
-    let env = Env {
-        url: redis.url(),
-        cluster_nodes: None,
-        owned: true,
-        scale,
-        smoke,
-        counter: Default::default(),
-    };
+    let env = Env::owned_single(redis.url(), scale, smoke);
     let bin = handover::rmq_cli_path().map_err(anyhow::Error::msg)?;
     let zookeeper = Coordination::ZooKeeper(zk.address("rmq-bench"));
     let mut out = Results::default();

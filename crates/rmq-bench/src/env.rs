@@ -27,6 +27,18 @@ pub(crate) struct Env {
 }
 
 impl Env {
+    /// A throwaway single server the mode started itself (`url`).
+    pub(crate) fn owned_single(url: String, scale: f64, smoke: bool) -> Env {
+        Env {
+            url,
+            cluster_nodes: None,
+            owned: true,
+            scale,
+            smoke,
+            counter: AtomicU64::new(0),
+        }
+    }
+
     pub(crate) fn n(&self, base: u64) -> u64 {
         ((base as f64 * self.scale).round() as u64).max(1)
     }

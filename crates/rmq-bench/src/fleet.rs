@@ -50,14 +50,7 @@ pub(crate) async fn measure(scale: f64, smoke: bool, only: &[String]) -> Result<
     let pops = recorder.snapshotter();
     metrics::set_global_recorder(recorder).context("installing the metrics recorder")?;
     let redis = RedisServer::start();
-    let env = Env {
-        url: redis.url(),
-        cluster_nodes: None,
-        owned: true,
-        scale,
-        smoke,
-        counter: Default::default(),
-    };
+    let env = Env::owned_single(redis.url(), scale, smoke);
     let window = if smoke {
         Duration::from_secs(1)
     } else {

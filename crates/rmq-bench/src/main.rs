@@ -145,14 +145,7 @@ fn count_instructions(scale: f64, smoke: bool) -> std::process::ExitCode {
         "rmq-bench: redis under callgrind ({}), scale {scale}",
         counted.server.url()
     );
-    let env = Env {
-        url: counted.server.url(),
-        cluster_nodes: None,
-        owned: true,
-        scale,
-        smoke,
-        counter: AtomicU64::new(0),
-    };
+    let env = Env::owned_single(counted.server.url(), scale, smoke);
     let Some(rt) = runtime() else {
         return std::process::ExitCode::FAILURE;
     };

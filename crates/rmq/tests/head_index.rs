@@ -36,6 +36,31 @@ fn head_index_of(topic: &Topic) -> String {
     format!("{prefix}:heads#{}", topic.name())
 }
 
+/// A consumer of `topic` that acks whatever comes until nothing came for
+/// `quiet_secs`; the payloads it got, sorted.
+async fn consume_all(topic: &Topic, quiet_secs: u64) -> Vec<String> {
+    let stop = rmq::CancellationToken::new();
+    let mut s = topic.consumer().stream(stop.clone());
+    let mut got = Vec::new();
+    while let Some(d) = next(&mut s, quiet_secs).await {
+        got.push(text(&d.payload));
+        d.ack().await.unwrap();
+    }
+    stop.cancel();
+    got.sort();
+    got
+}
+
+/// Sends `n` messages due now ("m0", "m1", ...).
+async fn send_due_now(topic: &Topic, n: usize) {
+    for i in 0..n {
+        topic
+            .send(Message::new(format!("m{i}")).delay(Duration::ZERO))
+            .await
+            .unwrap();
+    }
+}
+
 fn single_node() -> bool {
     std::env::var("RMQ_TEST_CLUSTER").map_or(true, |v| v != "1")
 }
@@ -86,15 +111,12 @@ async fn a_topic_without_a_complete_index_is_looked_at_once_then_read_through_it
     }
     let index = head_index_of(&topic);
     raw(&server, &["DEL", &index]).await;
-    let stop = rmq::CancellationToken::new();
-    let mut s = topic.consumer().stream(stop.clone());
-    let mut got = 0;
-    while let Some(d) = next(&mut s, 3).await {
-        d.ack().await.unwrap();
-        got += 1;
-    }
-    assert_eq!(got, 50, "every message found by looking at every slot");
-    stop.cancel();
+    let got = consume_all(&topic, 3).await;
+    assert_eq!(
+        got.len(),
+        50,
+        "every message found by looking at every slot"
+    );
     let marked = raw(&server, &["ZSCORE", &index, "*"]).await;
     assert_ne!(
         marked,
@@ -179,26 +201,14 @@ async fn a_foreign_key_at_the_head_index_costs_looks_and_changes_nothing_else() 
     let index = head_index_of(&topic);
     raw(&server, &["DEL", &index]).await;
     raw(&server, &["SET", &index, "oops"]).await;
-    for i in 0..20 {
-        topic
-            .send(Message::new(format!("m{i}")).delay(Duration::ZERO))
-            .await
-            .unwrap();
-    }
-    let stop = rmq::CancellationToken::new();
-    let mut s = topic.consumer().stream(stop.clone());
-    let mut got = 0;
-    while let Some(d) = next(&mut s, 3).await {
-        d.ack().await.unwrap();
-        got += 1;
-    }
-    assert_eq!(got, 20, "every message sent, taken and acked");
+    send_due_now(&topic, 20).await;
+    let got = consume_all(&topic, 3).await;
+    assert_eq!(got.len(), 20, "every message sent, taken and acked");
     assert_eq!(
         raw(&server, &["GET", &index]).await,
         redis::Value::BulkString(b"oops".to_vec()),
         "the foreign key is left alone"
     );
-    stop.cancel();
 }
 
 #[tokio::test]
@@ -207,10 +217,7 @@ async fn with_the_index_turned_off_nothing_keeps_it_and_a_consumer_looks_at_ever
         return;
     }
     let server = RedisServer::start();
-    let options = rmq::ClientOptions {
-        head_index: false,
-        ..rmq::ClientOptions::default()
-    };
+    let options = rmq::ClientOptions::default().head_index(false);
     let client = rmq::Client::connect_with(&server.url(), options)
         .await
         .unwrap();
@@ -219,21 +226,10 @@ async fn with_the_index_turned_off_nothing_keeps_it_and_a_consumer_looks_at_ever
         .await
         .unwrap();
     let backend = Backend::Single(server);
-    for i in 0..10 {
-        topic
-            .send(Message::new(format!("m{i}")).delay(Duration::ZERO))
-            .await
-            .unwrap();
-    }
+    send_due_now(&topic, 10).await;
     let before = calls(&backend).await;
-    let stop = rmq::CancellationToken::new();
-    let mut s = topic.consumer().stream(stop.clone());
-    let mut got = 0;
-    while let Some(d) = next(&mut s, 2).await {
-        d.ack().await.unwrap();
-        got += 1;
-    }
-    assert_eq!(got, 10);
+    let got = consume_all(&topic, 2).await;
+    assert_eq!(got.len(), 10);
     let looks = calls(&backend).await - before;
     assert!(
         looks >= 64,
@@ -244,7 +240,6 @@ async fn with_the_index_turned_off_nothing_keeps_it_and_a_consumer_looks_at_ever
         raw(&backend, &["EXISTS", &index]).await,
         redis::Value::Int(0)
     );
-    stop.cancel();
 }
 
 #[tokio::test]
@@ -266,16 +261,8 @@ async fn a_prefix_that_looks_like_a_request_key_keeps_its_index_apart() {
     for i in 0..3 {
         topic.send(Message::new(format!("m{i}"))).await.unwrap();
     }
-    let stop = rmq::CancellationToken::new();
-    let mut s = topic.consumer().stream(stop.clone());
-    let mut got = Vec::new();
-    while let Some(d) = next(&mut s, 2).await {
-        got.push(text(&d.payload));
-        d.ack().await.unwrap();
-    }
-    got.sort();
+    let got = consume_all(&topic, 2).await;
     assert_eq!(got, ["m0", "m1", "m2"]);
     let stats = topic.stats().await.unwrap().total;
     assert_eq!((stats.sent, stats.acked), (3, 3));
-    stop.cancel();
 }
