@@ -8,6 +8,7 @@
 //! be stale, which costs at most an empty pop, never a wrong delivery: the
 //! scripts decide what is due by the server clock.
 
+use std::collections::{BTreeSet, HashSet};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::topic::TopicKind;
@@ -38,6 +39,12 @@ pub(crate) struct Schedule {
     /// index is read again before sleeping past it or when nothing is
     /// known.
     index_horizon: Option<i64>,
+    /// (next, slot) of every slot whose next is known, earliest first:
+    /// choosing slots and the time to sleep walk it from the start instead
+    /// of every slot (65,536 of them on a large topic, at every wake-up).
+    by_next: BTreeSet<(i64, u32)>,
+    /// How many slots are unknown.
+    unknown_count: usize,
 }
 
 pub(crate) fn local_ms() -> i64 {
@@ -49,21 +56,44 @@ pub(crate) fn local_ms() -> i64 {
 
 impl Schedule {
     pub(crate) fn new(kind: TopicKind, slots: u32) -> Self {
-        Schedule {
+        let mut s = Schedule {
             kind,
-            // Unknown at start: every slot is visited once.
-            slots: vec![
-                SlotHint {
-                    next: Some(0),
-                    best: None,
-                    unknown: true,
-                    noticed: 0
-                };
-                slots as usize
-            ],
+            slots: vec![SlotHint::default(); slots as usize],
             offset_ms: 0,
             generation: 0,
             index_horizon: None,
+            by_next: BTreeSet::new(),
+            unknown_count: 0,
+        };
+        // Unknown at start: every slot is visited once.
+        s.mark_all();
+        s
+    }
+
+    /// Sets a slot's next, keeping `by_next` in step.
+    fn set_next(&mut self, slot: usize, next: Option<i64>) {
+        let Some(h) = self.slots.get_mut(slot) else {
+            return;
+        };
+        if h.next == next {
+            return;
+        }
+        if let Some(n) = h.next {
+            self.by_next.remove(&(n, slot as u32));
+        }
+        if let Some(n) = next {
+            self.by_next.insert((n, slot as u32));
+        }
+        h.next = next;
+    }
+
+    /// Marks a slot known (looked at).
+    fn set_known(&mut self, slot: usize) {
+        if let Some(h) = self.slots.get_mut(slot) {
+            if h.unknown {
+                h.unknown = false;
+                self.unknown_count -= 1;
+            }
         }
     }
 
@@ -78,10 +108,13 @@ impl Schedule {
 
     /// Marks every slot to be looked at now (start, reconnect, rescan).
     pub(crate) fn mark_all(&mut self) {
-        for s in &mut self.slots {
+        self.by_next.clear();
+        for (i, s) in self.slots.iter_mut().enumerate() {
             s.next = Some(0);
             s.unknown = true;
+            self.by_next.insert((0, i as u32));
         }
+        self.unknown_count = self.slots.len();
     }
 
     /// Takes in a read of the head index (sent at notice generation
@@ -91,11 +124,13 @@ impl Schedule {
     /// sent is kept, since the read may predate it.
     pub(crate) fn apply_index(&mut self, entries: &[(u32, i64)], more: bool, since: u64) {
         let now = self.server_now();
-        for h in &mut self.slots {
+        self.unknown_count = 0;
+        for i in 0..self.slots.len() {
+            let h = &mut self.slots[i];
             h.unknown = false;
             if h.noticed <= since {
-                h.next = None;
                 h.best = None;
+                self.set_next(i, None);
             }
         }
         let priority = self.kind == TopicKind::Priority;
@@ -108,8 +143,9 @@ impl Schedule {
             } else {
                 (v, None)
             };
-            h.next = Some(h.next.map_or(next, |n| n.min(next)));
             h.best = h.best.max(best);
+            let next = Some(h.next.map_or(next, |n| n.min(next)));
+            self.set_next(slot as usize, next);
         }
         self.index_horizon = match entries.last() {
             Some(&(_, v)) if more => Some(if priority && v <= 0 { now } else { v }),
@@ -130,6 +166,9 @@ impl Schedule {
 
     /// Slots to survey (look at without taking) before choosing.
     pub(crate) fn unknown(&self) -> Vec<u32> {
+        if self.unknown_count == 0 {
+            return Vec::new();
+        }
         self.slots
             .iter()
             .enumerate()
@@ -157,9 +196,6 @@ impl Schedule {
         lease: Option<i64>,
         now: i64,
     ) {
-        let Some(h) = self.slots.get_mut(slot as usize) else {
-            return;
-        };
         let head_ready = match self.kind {
             TopicKind::Priority => head.map(|_| now),
             _ => head,
@@ -170,14 +206,18 @@ impl Schedule {
         } else {
             None
         };
-        if h.noticed > since {
-            h.next = [h.next, next].into_iter().flatten().min();
+        let Some(h) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        let next = if h.noticed > since {
             h.best = h.best.max(best);
+            [h.next, next].into_iter().flatten().min()
         } else {
-            h.next = next;
             h.best = best;
-        }
-        h.unknown = false;
+            next
+        };
+        self.set_next(slot as usize, next);
+        self.set_known(slot as usize);
     }
 
     /// Records a wake-up notification: slot's new head has this score.
@@ -185,19 +225,17 @@ impl Schedule {
         let now = self.server_now();
         self.generation += 1;
         let generation = self.generation;
+        let priority = self.kind == TopicKind::Priority;
         let Some(h) = self.slots.get_mut(slot as usize) else {
             return;
         };
-        let at = if self.kind == TopicKind::Priority {
-            now
-        } else {
-            score
-        };
-        h.next = Some(h.next.map_or(at, |n| n.min(at)));
+        let at = if priority { now } else { score };
         h.noticed = generation;
-        if self.kind == TopicKind::Priority {
+        if priority {
             h.best = Some(h.best.map_or(score, |b| b.max(score)));
         }
+        let next = Some(h.next.map_or(at, |n| n.min(at)));
+        self.set_next(slot as usize, next);
     }
 
     /// Records that something in the slot becomes ready at server time `ms`.
@@ -205,52 +243,45 @@ impl Schedule {
         self.generation += 1;
         let generation = self.generation;
         if let Some(h) = self.slots.get_mut(slot as usize) {
-            h.next = Some(h.next.map_or(ms, |n| n.min(ms)));
             h.noticed = generation;
+            let next = Some(h.next.map_or(ms, |n| n.min(ms)));
+            self.set_next(slot as usize, next);
         }
     }
 
     /// Up to `limit` slots with work now, best first: highest known
     /// priority, or earliest due time.
     /// Only slots in `allowed` count when it is given (serial mode).
-    pub(crate) fn ready(
-        &self,
-        limit: usize,
-        allowed: Option<&std::collections::HashSet<u32>>,
-    ) -> Vec<u32> {
+    pub(crate) fn ready(&self, limit: usize, allowed: Option<&HashSet<u32>>) -> Vec<u32> {
         let now = self.server_now();
-        let mut r: Vec<(u32, SlotHint)> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(i, h)| {
-                h.next.is_some_and(|n| n <= now) && allowed.is_none_or(|a| a.contains(&(*i as u32)))
-            })
-            .map(|(i, h)| (i as u32, *h))
-            .collect();
+        let due = self
+            .by_next
+            .range(..=(now, u32::MAX))
+            .map(|&(_, slot)| slot)
+            .filter(|slot| allowed.is_none_or(|a| a.contains(slot)));
         match self.kind {
-            TopicKind::Priority => r.sort_by(|a, b| b.1.best.cmp(&a.1.best).then(a.0.cmp(&b.0))),
-            _ => r.sort_by(|a, b| a.1.next.cmp(&b.1.next).then(a.0.cmp(&b.0))),
+            TopicKind::Priority => {
+                let mut r: Vec<(u32, Option<i64>)> = due
+                    .map(|slot| (slot, self.slots[slot as usize].best))
+                    .collect();
+                r.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                r.truncate(limit);
+                r.into_iter().map(|(slot, _)| slot).collect()
+            }
+            // Earliest due first: the order `by_next` keeps.
+            _ => due.take(limit).collect(),
         }
-        r.truncate(limit);
-        r.into_iter().map(|(i, _)| i).collect()
     }
 
     /// Milliseconds until the earliest known event (None: nothing known).
     /// Only slots in `allowed` count when it is given (serial mode: busy and
     /// foreign slots wake the fetcher by other means).
-    pub(crate) fn ms_until_next(
-        &self,
-        allowed: Option<&std::collections::HashSet<u32>>,
-    ) -> Option<i64> {
+    pub(crate) fn ms_until_next(&self, allowed: Option<&HashSet<u32>>) -> Option<i64> {
         let now = self.server_now();
-        self.slots
+        self.by_next
             .iter()
-            .enumerate()
-            .filter(|(i, _)| allowed.is_none_or(|a| a.contains(&(*i as u32))))
-            .filter_map(|(_, h)| h.next)
-            .min()
-            .map(|n| (n - now).max(0))
+            .find(|(_, slot)| allowed.is_none_or(|a| a.contains(slot)))
+            .map(|&(n, _)| (n - now).max(0))
     }
 }
 
@@ -295,6 +326,74 @@ mod tests {
         s.apply_index(&[(2, now + 60_000)], true, s.generation());
         assert!(!s.index_exhausted(Some(1_000)));
         assert!(s.index_exhausted(Some(120_000)));
+    }
+
+    /// What `ready` and `ms_until_next` must answer, by looking at every
+    /// slot (what they did before `by_next`).
+    fn by_every_slot(s: &Schedule, limit: usize) -> (Vec<u32>, Option<i64>) {
+        let now = s.server_now();
+        let mut r: Vec<(u32, SlotHint)> = (0u32..)
+            .zip(s.slots.iter().copied())
+            .filter(|(_, h)| h.next.is_some_and(|n| n <= now))
+            .collect();
+        match s.kind {
+            TopicKind::Priority => r.sort_by(|a, b| b.1.best.cmp(&a.1.best).then(a.0.cmp(&b.0))),
+            _ => r.sort_by(|a, b| a.1.next.cmp(&b.1.next).then(a.0.cmp(&b.0))),
+        }
+        r.truncate(limit);
+        let next = s.slots.iter().filter_map(|h| h.next).min();
+        (
+            r.into_iter().map(|(i, _)| i).collect(),
+            next.map(|n| (n - now).max(0)),
+        )
+    }
+
+    #[test]
+    fn the_ordered_set_answers_as_a_look_at_every_slot_would() {
+        for kind in [TopicKind::Priority, TopicKind::FixedTime] {
+            let mut s = Schedule::new(kind, 40);
+            let now = s.server_now();
+            for step in 0..3_000u64 {
+                let slot = rand::random::<u32>() % 44; // a few out of range
+                                                       // Ten seconds or more from now, past or future: which is
+                                                       // ready stays the same while the test runs.
+                let r = (rand::random::<i64>() % 2_000).abs();
+                let t = if rand::random::<bool>() {
+                    now - 10_000 - r
+                } else {
+                    now + 10_000 + r
+                };
+                match step % 7 {
+                    0 => s.notify(slot, t),
+                    1 => s.wake_at(slot, t),
+                    2 => {
+                        let g = s.generation();
+                        let head = rand::random::<bool>().then_some(t);
+                        s.after_pop(slot, g, head, None, Some(t + 500), now);
+                    }
+                    3 => s.after_pop(slot, 0, None, None, None, now),
+                    4 if step % 50 == 4 => s.mark_all(),
+                    5 if step % 30 == 5 => {
+                        let g = s.generation();
+                        s.apply_index(&[(slot, t), (slot / 2, -t)], false, g);
+                    }
+                    _ => s.notify(slot, t),
+                }
+                let (ready, next) = by_every_slot(&s, 8);
+                assert_eq!(s.ready(8, None), ready, "{kind:?} step {step}");
+                let got = s.ms_until_next(None);
+                // The clock moves between the two readings: a ms at most.
+                assert!(
+                    got.zip(next)
+                        .map_or(got == next, |(a, b)| (a - b).abs() <= 1),
+                    "{kind:?} step {step}: {got:?} vs {next:?}"
+                );
+                assert_eq!(
+                    s.unknown().len(),
+                    s.slots.iter().filter(|h| h.unknown).count()
+                );
+            }
+        }
     }
 
     #[test]
