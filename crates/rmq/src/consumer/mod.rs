@@ -102,7 +102,10 @@ impl ConsumerBuilder {
         self.batch = n.clamp(1, 1_000);
         self
     }
-    /// How often every slot is looked at even without a notice; default 5 s.
+    /// How often the consumer looks again even without a notice (the
+    /// safety net); default 5 s. On one Redis that is one read of the
+    /// topic's head index and a look at four slots in turn; on a cluster, a
+    /// look at every slot.
     pub fn rescan(mut self, every: Duration) -> Self {
         self.rescan = every.max(Duration::from_millis(10));
         self
