@@ -56,6 +56,12 @@ pub const CLIENT_COMMANDS: &[&str] = &[
     // Topic delete: live consumers are the subscribers of its channels.
     "pubsub|numsub",
     "pubsub|shardnumsub",
+    // Marks (a single node): idle parallel consumers wait on them (with
+    // a key of their own, which they write to and clear to end their own
+    // wait), and give back those they cannot serve soon.
+    "bzmpop",
+    "zadd",
+    "zrem",
     // Wake-up notices: single node and cluster (sharded).
     "subscribe",
     "unsubscribe",
@@ -140,7 +146,7 @@ mod tests {
     #[test]
     fn the_line_is_explicit_and_confined() {
         let line = setuser_line("team-a", "rmq-a").unwrap();
-        assert!(line.starts_with("ACL SETUSER rmq-a reset -@all +cluster|nodes"));
+        assert!(line.starts_with("ACL SETUSER rmq-a reset -@all +bzmpop +cluster|nodes"));
         assert!(line.contains(" ~team-a:* resetchannels &team-a:*"));
         assert!(!line.contains("+@"), "no categories: {line}");
         assert!(!line.contains('>'), "no password in the line");

@@ -109,21 +109,45 @@ pub(crate) fn head_index(prefix: &str, topic: &str) -> String {
     format!("{prefix}:heads#{topic}")
 }
 
-/// The head index of the topic whose slot key is `slot_key`
+/// ZSET: a topic's marks, slot -> when it has work no consumer was told
+/// of (a single node only, written with the head index; idle parallel
+/// consumers wait on it with BZMPOP, which hands each mark to one of them:
+/// see `scripts/lua/notify.lua`). The `#` keeps it apart from every other
+/// prefix's keys, as the index's.
+pub(crate) fn marks(prefix: &str, topic: &str) -> String {
+    format!("{prefix}:marks#{topic}")
+}
+
+/// ZSET: one consumer's own wake-up key, which it waits on with the
+/// marks so that, when it stops, it can end its own wait (and only its
+/// own) before it hands back what it holds.
+pub(crate) fn marks_wake(prefix: &str, topic: &str, consumer: &str) -> String {
+    format!("{prefix}:marks#{topic}#{consumer}")
+}
+
+/// The head index and the marks of the topic whose slot key is `slot_key`
 /// (`<prefix>:{<tag>}:<topic>:<slot>:<x>`; neither prefix nor topic holds
 /// a brace, and a topic no colon). None for any other key.
-pub(crate) fn head_index_of(slot_key: &[u8]) -> Option<String> {
+pub(crate) fn head_index_and_marks_of(slot_key: &[u8]) -> Option<[String; 2]> {
     let key = std::str::from_utf8(slot_key).ok()?;
     let (prefix, rest) = key.split_once(":{")?;
     let (_, rest) = rest.split_once("}:")?;
     let (topic, _) = rest.split_once(':')?;
-    Some(head_index(prefix, topic))
+    Some([head_index(prefix, topic), marks(prefix, topic)])
 }
 
 /// Single node: the one pub/sub channel (PUBLISH) on which send and settle
 /// announce a new head of any slot of the topic.
 pub(crate) fn wake_channel(prefix: &str, topic: &str) -> String {
     format!("{prefix}:wake:{topic}")
+}
+
+/// Single node: the channel on which a freed in-flight permit is
+/// announced (`room`) besides the wake-up channel: consumers that wait on
+/// the marks instead of hearing every notice listen here alone. A topic
+/// holds no colon, so this is no other topic's wake-up channel.
+pub(crate) fn room_channel(prefix: &str, topic: &str) -> String {
+    format!("{prefix}:wake:{topic}:room")
 }
 
 /// Cluster: the sharded channel (SPUBLISH) of the slots of a topic whose
@@ -202,6 +226,13 @@ mod tests {
     }
 
     #[test]
+    fn the_room_channel_is_the_one_inflight_lua_publishes_to() {
+        // inflight.lua appends ':room' to the wake-up channel it is given.
+        let wake = wake_channel("app:x", "orders");
+        assert_eq!(room_channel("app:x", "orders"), format!("{wake}:room"));
+    }
+
+    #[test]
     fn keys_of_one_slot_share_one_cluster_slot() {
         for (slot, slots) in [(0, 1), (1, 2), (7, 64), (65535, 65536), (9, 16)] {
             let keys = slot_keys("rmq", "orders", slot, slots);
@@ -213,16 +244,17 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_key_names_its_topics_head_index() {
+    fn a_slot_key_names_its_topics_head_index_and_marks() {
         for (prefix, topic) in [("rmq", "orders"), ("a:b", "t.1-x_y")] {
             let keys = slot_keys(prefix, topic, 5, 64);
             assert_eq!(
-                head_index_of(keys[0].as_bytes()),
-                Some(head_index(prefix, topic))
+                head_index_and_marks_of(keys[0].as_bytes()),
+                Some([head_index(prefix, topic), marks(prefix, topic)])
             );
             assert!(!head_index(prefix, topic).contains('{'));
+            assert!(!marks(prefix, topic).contains('{'));
         }
-        assert_eq!(head_index_of(b"rmq:topics"), None);
+        assert_eq!(head_index_and_marks_of(b"rmq:topics"), None);
     }
 
     #[test]

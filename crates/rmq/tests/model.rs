@@ -363,6 +363,22 @@ async fn check_head_index(
     if !m.in_flight.is_empty() || !m.parked.is_empty() {
         prop_assert!(entry.is_some(), "in flight, yet no head index entry");
     }
+    // No consumer waits on the marks here, so none is taken: every head
+    // the slot had was marked, and a mark is only ever lowered.
+    let marks = format!("{prefix}:marks#{}", topic.name());
+    let mark: Option<f64> = redis::cmd("ZSCORE")
+        .arg(&marks)
+        .arg(0)
+        .query_async(&mut conn.clone())
+        .await
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    if let (Some(best), false) = (best, m.paused) {
+        let bound = -((i64::from(best)) << 32) as f64;
+        prop_assert!(
+            mark.is_some_and(|v| v <= bound),
+            "pending priority {best}, yet the slot's mark is {mark:?}"
+        );
+    }
     Ok(())
 }
 

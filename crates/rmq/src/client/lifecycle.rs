@@ -130,8 +130,7 @@ impl Client {
         }
         self.drop_groups(name).await?;
         if self.inner.ctx.redis.head_index {
-            let index = keys::head_index(self.prefix(), name);
-            let (id, cmd) = crate::scripts::heads::drop_index(&index);
+            let (id, cmd) = crate::scripts::heads::drop_index(self.prefix(), name);
             self.inner.ctx.redis.run_one(id, cmd).await?;
         }
         let (id, cmd) = crate::scripts::rate::drop_bucket(&keys::rate_key(self.prefix(), name));

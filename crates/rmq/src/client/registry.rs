@@ -41,8 +41,7 @@ impl Client {
             // A topic defined now holds nothing: its head index is complete
             // from the start, and its first consumer need not look at
             // every slot.
-            let index = keys::head_index(self.prefix(), &spec.name);
-            let (id, cmd) = heads::mark(&index);
+            let (id, cmd) = heads::mark(self.prefix(), &spec.name);
             if let Err(e) = self.inner.ctx.redis.run_one(id, cmd).await {
                 // Its first consumer looks at every slot, then marks it.
                 tracing::warn!(topic = %spec.name, "marking the head index failed: {e}");

@@ -78,11 +78,11 @@ pub(crate) fn retry_through_failover(e: &redis::RedisError, rerun_safe: bool) ->
 /// id>`, where `<base>` is its first key up to the last colon (a slot's
 /// `<slot base>:q`, a topic's `<topic base>:room`), so in the same hash tag.
 pub(super) fn with_request_key(cmd: &Cmd, ttl_ms: u128) -> Cmd {
-    super::with_key_after_keys(cmd, |first| {
+    super::with_keys_after_keys(cmd, |first| {
         let colon = first.iter().rposition(|&b| b == b':')?;
         let mut key = first[..colon].to_vec();
         key.extend_from_slice(format!(":req:{ttl_ms}.{:016x}", rand::random::<u64>()).as_bytes());
-        Some(key)
+        Some([key])
     })
 }
 

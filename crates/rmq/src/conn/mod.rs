@@ -342,8 +342,9 @@ impl Redis {
                 if self.is_cluster() && id.memoized() {
                     (id, with_request_key(&cmd, ttl))
                 } else if self.head_index && id.keeps_head_index() {
-                    let cmd = with_key_after_keys(&cmd, |first| {
-                        crate::keys::head_index_of(first).map(String::into_bytes)
+                    let cmd = with_keys_after_keys(&cmd, |first| {
+                        crate::keys::head_index_and_marks_of(first)
+                            .map(|k| k.map(String::into_bytes))
                     });
                     (id, cmd)
                 } else {
@@ -362,10 +363,13 @@ impl Redis {
     }
 }
 
-/// A script call with one more key after its keys, made from its first
-/// key (the call unchanged when `make` gives none). Works on `EVALSHA sha n
+/// A script call with more keys after its keys, made from its first key
+/// (the call unchanged when `make` gives none). Works on `EVALSHA sha n
 /// keys.. args..` and `FCALL name n keys.. args..` alike.
-fn with_key_after_keys(cmd: &Cmd, make: impl FnOnce(&[u8]) -> Option<Vec<u8>>) -> Cmd {
+fn with_keys_after_keys<const N: usize>(
+    cmd: &Cmd,
+    make: impl FnOnce(&[u8]) -> Option<[Vec<u8>; N]>,
+) -> Cmd {
     let args: Vec<&[u8]> = cmd
         .args_iter()
         .filter_map(|a| match a {
@@ -380,15 +384,17 @@ fn with_key_after_keys(cmd: &Cmd, make: impl FnOnce(&[u8]) -> Option<Vec<u8>>) -
     let (Some(n), Some(first)) = (numkeys, args.get(3)) else {
         return cmd.clone();
     };
-    let Some(key) = make(first) else {
+    let Some(more) = make(first) else {
         return cmd.clone();
     };
     let mut out = redis::cmd(&String::from_utf8_lossy(args[0]));
-    out.arg(args[1]).arg(n + 1);
+    out.arg(args[1]).arg(n + N);
     for k in args.iter().skip(3).take(n) {
         out.arg(*k);
     }
-    out.arg(key);
+    for k in more {
+        out.arg(k);
+    }
     for a in args.iter().skip(3 + n) {
         out.arg(*a);
     }

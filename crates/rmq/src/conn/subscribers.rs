@@ -8,9 +8,11 @@ use super::Redis;
 use crate::error::Result;
 
 impl Redis {
-    /// The most subscribers any one of these channels has (sharded
-    /// channels on a cluster, where every node answers for its own shard):
-    /// every consumer of a topic subscribes to all of its channels.
+    /// Consumers subscribed to these channels. Sharded channels (a
+    /// cluster, where every node answers for its own shard): the most any
+    /// one has, since every consumer of a topic subscribes to all of them.
+    /// A single node's: the sum, since each consumer subscribes to one of
+    /// them (the wake-up channel, or the room channel).
     pub(crate) async fn subscribers(&self, channels: &[String], sharded: bool) -> Result<u64> {
         if channels.is_empty() {
             return Ok(0);
@@ -30,10 +32,11 @@ impl Redis {
                 .collect(),
             _ => Vec::new(),
         };
-        Ok(counts
-            .into_iter()
-            .map(|n| u64::try_from(n).unwrap_or(0))
-            .max()
-            .unwrap_or(0))
+        let counts = counts.into_iter().map(|n| u64::try_from(n).unwrap_or(0));
+        Ok(if sharded {
+            counts.max().unwrap_or(0)
+        } else {
+            counts.sum()
+        })
     }
 }

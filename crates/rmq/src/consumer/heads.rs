@@ -12,7 +12,6 @@
 
 use super::pop::{parse_pop, pop_call};
 use super::Shared;
-use crate::keys::head_index;
 use crate::scripts::heads::{self, Heads};
 use crate::topic::Topic;
 
@@ -34,8 +33,7 @@ pub(crate) enum Looked {
 /// Reads the index (up to [`READ_LIMIT`] entries) and looks at `sweep`
 /// directly, in one round trip, and records what both say.
 pub(crate) async fn look(topic: &Topic, shared: &Shared, sweep: &[u32]) -> Looked {
-    let index = head_index(topic.prefix(), topic.name());
-    let mut calls = vec![heads::read(&index, READ_LIMIT)];
+    let mut calls = vec![heads::read(topic.prefix(), topic.name(), READ_LIMIT)];
     let args = topic.cached().args.clone();
     calls.extend(
         sweep
@@ -77,8 +75,7 @@ pub(crate) async fn look(topic: &Topic, shared: &Shared, sweep: &[u32]) -> Looke
 /// Notes the index complete, after every slot was looked at (each look
 /// wrote its slot's entry).
 pub(crate) async fn mark_complete(topic: &Topic) {
-    let index = head_index(topic.prefix(), topic.name());
-    let (id, cmd) = heads::mark(&index);
+    let (id, cmd) = heads::mark(topic.prefix(), topic.name());
     if let Err(e) = topic.redis().run_one(id, cmd).await {
         tracing::debug!(topic = %topic.name(), "marking the head index complete failed: {e}");
     }

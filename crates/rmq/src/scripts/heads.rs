@@ -7,30 +7,38 @@ use super::ScriptId;
 use crate::value::{as_int, items};
 
 /// The script's KEYS, by the names its header gives them.
-pub(crate) const KEYS: [&str; 1] = ["index"];
+pub(crate) const KEYS: [&str; 2] = ["index", "marks"];
 /// The script's ARGV, by the names its header gives them.
 pub(crate) const ARGV: [&str; 2] = ["op", "limit"];
 
-fn heads(index: &str, op: &str, limit: usize) -> (ScriptId, Cmd) {
-    let keys: [String; KEYS.len()] = [index.to_string()];
+/// The topic's head index and marks (`keys::head_index`, `keys::marks`).
+fn heads(prefix: &str, topic: &str, op: &str, limit: usize) -> (ScriptId, Cmd) {
+    let keys: [String; KEYS.len()] = [
+        crate::keys::head_index(prefix, topic),
+        crate::keys::marks(prefix, topic),
+    ];
     let limit = limit.to_string();
     let args: [&[u8]; ARGV.len()] = [op.as_bytes(), limit.as_bytes()];
-    (ScriptId::Heads, super::call(ScriptId::Heads, &keys, &args))
+    // A single node's keys only (no hash tag): never sent to a cluster.
+    (
+        ScriptId::Heads,
+        super::call_on_one_node(ScriptId::Heads, &keys, &args),
+    )
 }
 
 /// Reads the `limit` smallest entries of the index.
-pub(crate) fn read(index: &str, limit: usize) -> (ScriptId, Cmd) {
-    heads(index, "read", limit)
+pub(crate) fn read(prefix: &str, topic: &str, limit: usize) -> (ScriptId, Cmd) {
+    heads(prefix, topic, "read", limit)
 }
 
 /// Notes the index complete: every slot with work has an entry.
-pub(crate) fn mark(index: &str) -> (ScriptId, Cmd) {
-    heads(index, "mark", 1)
+pub(crate) fn mark(prefix: &str, topic: &str) -> (ScriptId, Cmd) {
+    heads(prefix, topic, "mark", 1)
 }
 
-/// Deletes the index (its topic is being deleted).
-pub(crate) fn drop_index(index: &str) -> (ScriptId, Cmd) {
-    heads(index, "drop", 1)
+/// Deletes the index and the marks (their topic is being deleted).
+pub(crate) fn drop_index(prefix: &str, topic: &str) -> (ScriptId, Cmd) {
+    heads(prefix, topic, "drop", 1)
 }
 
 /// What a read found.

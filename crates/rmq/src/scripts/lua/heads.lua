@@ -3,13 +3,15 @@
 --
 -- KEYS[1] index: ZSET slot -> when the slot may next have work; its member
 --   '*' (score +inf) marks it complete: every slot with work has an entry.
+-- KEYS[2] marks: ZSET slot -> work no consumer was told of (notify.lua);
+--   only 'drop' uses it.
 -- ARGV[1] op: 'read' | 'mark' | 'drop'
 -- ARGV[2] limit: 'read' returns at most this many entries, smallest first
 -- 'read' returns { complete (1 or 0), more (1 if entries were left out, else 0),
 --                  slot, value, slot, value, ... }
 -- 'mark' notes the index complete (a consumer that just looked at every
 --   slot, or a topic defined now, which holds nothing); returns 1.
--- 'drop' deletes the index (the topic is being deleted); returns 1.
+-- 'drop' deletes the index and the marks (the topic is being deleted); returns 1.
 -- Error reply RMQ_WRONGTYPE when the index holds a foreign type; RMQ_BADARG
 -- for an unknown op or a bad limit.
 
@@ -18,7 +20,7 @@ if op ~= 'read' and op ~= 'mark' and op ~= 'drop' then
   return redis.error_reply('RMQ_BADARG unknown index op ' .. tostring(op))
 end
 if op == 'drop' then
-  redis.call('UNLINK', KEYS[1])
+  redis.call('UNLINK', KEYS[1], KEYS[2])
   return 1
 end
 local t = redis.call('TYPE', KEYS[1])['ok']

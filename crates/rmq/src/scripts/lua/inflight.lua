@@ -65,11 +65,14 @@ if op == 'free' then
   end
   local freed = redis.call('ZREM', KEYS[2], unpack(tokens))
   if freed > 0 and redis.call('HDEL', KEYS[1], 'waiting') == 1 then
-    local cmd = 'PUBLISH'
     if string.find(ARGV[3], '{', 1, true) then
-      cmd = 'SPUBLISH'
+      redis.call('SPUBLISH', ARGV[3], 'room')
+    else
+      -- A single node: the wake-up channel and the room channel (keys.rs
+      -- room_channel), where consumers that wait on the marks listen.
+      redis.call('PUBLISH', ARGV[3], 'room')
+      redis.call('PUBLISH', ARGV[3] .. ':room', 'room')
     end
-    redis.call(cmd, ARGV[3], 'room')
   end
   return { freed, 0 }
 end

@@ -21,6 +21,41 @@ if IDX and string.find(IDX, '{', 1, true) then
   IDX = nil
 end
 
+-- The topic's marks (a single node only, passed as KEYS[12] with the
+-- index): a ZSET slot -> index value of work that no consumer has been
+-- told of yet. An idle consumer waits on it with BZMPOP, and Redis hands
+-- each mark to exactly one waiting consumer: a new head wakes one
+-- consumer, not every one (the pub/sub notice still goes out, for serial
+-- members, which take only the slots they own). A mark is written where a
+-- notice is, and by a parallel pop that leaves work behind it (more due
+-- now, so that a second consumer helps, or due later, which the popper
+-- leaves to whoever takes the mark). A slot has one mark at most: a
+-- notice lowers it (ZADD LT), a pop sets it to what it found. Lease deadlines are never marked: a lease
+-- ends with its settle, and one that runs out is found by the consumers'
+-- rescans of the index. Written with pcall, as the index.
+local MARKS = IDX and KEYS[12]
+
+-- Marks the slot's work at v (lowers an earlier mark; never raises it).
+local function mark_work(slot, v)
+  if MARKS then
+    redis.pcall('ZADD', MARKS, 'LT', fmt(v), slot)
+  end
+end
+
+-- Sets the slot's mark to what a pop just found (false: nothing to mark),
+-- so that a mark taken later does not tell of a head that pop took (a
+-- priority consumer would otherwise serve a worse message first).
+local function mark_exact(slot, v)
+  if not MARKS then
+    return
+  end
+  if v then
+    redis.pcall('ZADD', MARKS, fmt(v), slot)
+  else
+    redis.pcall('ZREM', MARKS, slot)
+  end
+end
+
 -- The first message in consumption order: member and score, or nil.
 local function head(kind)
   local r
@@ -121,9 +156,11 @@ local function announce(kind, channel, slot, before_member, before_score, c)
   if m and (m ~= before_member or s ~= before_score) then
     redis.call(cmd, channel, slot .. ',' .. fmt(s))
     index_lower(slot, index_value(kind, s))
+    mark_work(slot, index_value(kind, s))
   end
   if c and c.retry_at then
     redis.call(cmd, channel, slot .. ',' .. fmt(c.retry_at) .. ',t')
     index_lower(slot, c.retry_at)
+    mark_work(slot, c.retry_at)
   end
 end

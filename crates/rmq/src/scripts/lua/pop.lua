@@ -198,6 +198,18 @@ end
 local _, qs = head(kind)
 local retry_at, flight_at = first_score(K.r), first_score(K.f)
 index_put(slot, index_of(kind, qs, retry_at, flight_at, paused))
+-- A parallel take that leaves work behind marks it (notify.lua): more due
+-- now wakes a second consumer to help, and work due later is left to
+-- whoever takes the mark (the popper does not keep it); a serial owner's
+-- slot is marked at the end of its lease, when it may be taken. Not a
+-- look, nor a paused slot (its resume marks it).
+if owner == '' and wanted > 0 and not paused then
+  local v = index_of(kind, qs, retry_at, false, false)
+  if v and leased then
+    v = leased_until
+  end
+  mark_exact(slot, v)
+end
 if paused then
   -- Nothing to take until a resume, which sends a notice; expired leases
   -- are still rolled back (the first in-flight deadline is reported).
