@@ -30,6 +30,7 @@ if [[ $# -eq 0 ]]; then
     for mode in 1 functions; do
         RMQ_TEST_ACL=$mode cargo test -p rmq --locked \
             --test merge --test ordering --test lifecycle --test in_flight \
-            --test consumer_run --test serial --test model --test payloads --test flow --test pool --test bound
+            --test consumer_run --test serial --test model --test payloads --test flow --test pool --test bound \
+            --test head_index --test herd
     done
 fi

@@ -12,7 +12,9 @@
 //!   handlers `ConsumerBuilder::run` runs.
 //! - `rmq_lease_extensions_total`, `rmq_fenced_total` (serial mode: calls
 //!   refused because this consumer no longer holds the slot),
-//!   `rmq_wakeups_total` (notices received), `rmq_pops_total` (`outcome`:
+//!   `rmq_wakeups_total` (notices, or marks taken, that woke the fetch
+//!   loop), `rmq_marks_handed_back_total` (marks of work a consumer could
+//!   not serve soon, given back to the others), `rmq_pops_total` (`outcome`:
 //!   taken or empty; the fetch loop's pop calls, one per slot, so that
 //!   empty pops per delivery show how often consumers wake for nothing).
 //! - `rmq_redis_call_duration_seconds` (`script`: send, pop, settle, ...):
@@ -76,6 +78,10 @@ pub(crate) fn fenced(topic: &str) {
 pub(crate) fn popped(topic: &str, taken: bool) {
     let outcome = if taken { "taken" } else { "empty" };
     counter!("rmq_pops_total", "topic" => topic.to_string(), "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn marks_handed_back(topic: &str, n: usize) {
+    counter!("rmq_marks_handed_back_total", "topic" => topic.to_string()).increment(n as u64);
 }
 
 pub(crate) fn woken(topic: &str) {

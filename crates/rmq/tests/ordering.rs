@@ -71,7 +71,12 @@ async fn time_based_messages_are_never_delivered_early() {
                 d.taken_ms,
                 due
             );
-            assert!(due >= last_due - 100, "roughly oldest due first");
+            assert!(
+                due >= last_due - 100,
+                "roughly oldest due first: {} due {due} taken {} after {last_due}",
+                text(&d.payload),
+                d.taken_ms
+            );
             last_due = last_due.max(due);
             d.ack().await.unwrap();
         }

@@ -84,7 +84,8 @@ const GATHER: Duration = Duration::from_millis(1);
 /// Slots popped per round at most (time-based topics, or serial mode).
 const FANOUT: usize = 8;
 
-/// Runs the fetch loop until `fetcher.cancel` fires.
+/// Runs the fetch loop until `fetcher.cancel` fires (a consumer that waits
+/// on the marks then hands back the work it knows of: `marks.rs`).
 pub(crate) async fn fetch_loop(mut f: Fetcher) {
     // Each round: room for deliveries, then slots with work, then the
     // topic's in-flight permits and rate tokens, then one pop per slot in
@@ -316,9 +317,9 @@ impl Fetcher {
     /// Room for deliveries: one permit per delivery to hand out, at least
     /// one, at most a batch. None once cancelled.
     async fn gather(&self) -> Option<Vec<Held>> {
-        let first = tokio::select! {
-            p = self.room.acquire() => p?,
-            _ = self.cancel.cancelled() => return None,
+        let first = match self.room.try_acquire() {
+            Some(p) => p,
+            None => self.wait_for_room().await?,
         };
         let mut held = vec![first];
         while held.len() < self.cfg.batch {
@@ -350,12 +351,63 @@ impl Fetcher {
                 }
             }
         }
+        if self.shared.marks {
+            // It takes marks for the room it has, until it has none.
+            let room = held.len();
+            self.shared.want_marks.send_if_modified(|w| {
+                let changed = *w != room;
+                *w = room;
+                changed
+            });
+        }
         Some(held)
     }
 
+    /// Waits for room for one delivery, with none now: the consumer takes
+    /// no more marks meanwhile, and due work it took marks for goes back
+    /// to the others once it has waited a while. None once cancelled.
+    async fn wait_for_room(&self) -> Option<Held> {
+        if self.shared.marks {
+            self.shared.want_marks.send_replace(0);
+        }
+        let since = self.shared.lock().server_now();
+        loop {
+            let hand_back_in = self
+                .shared
+                .marks
+                .then(|| self.until_hand_back(since))
+                .flatten();
+            tokio::select! {
+                p = self.room.acquire() => return p,
+                () = tokio::time::sleep(hand_back_in.unwrap_or_default()), if hand_back_in.is_some() => {
+                    let due = {
+                        let mut s = self.shared.lock();
+                        let until = s.server_now() - super::marks::HAND_BACK_AFTER.as_millis() as i64;
+                        s.take_due(Some(until))
+                    };
+                    super::marks::hand_back(&self.topic, &due).await;
+                }
+                _ = self.cancel.cancelled() => return None,
+            }
+        }
+    }
+
+    /// How long until the earliest known work has waited
+    /// [`HAND_BACK_AFTER`](super::marks::HAND_BACK_AFTER) past its time, or
+    /// past `since` (server ms: when the wait for room began), whichever
+    /// is later (None: no work known).
+    fn until_hand_back(&self, since: i64) -> Option<Duration> {
+        let s = self.shared.lock();
+        let earliest = s.earliest_known()?.max(since);
+        let at = earliest + super::marks::HAND_BACK_AFTER.as_millis() as i64;
+        Some(Duration::from_millis(
+            u64::try_from(at - s.server_now()).unwrap_or(0),
+        ))
+    }
+
     /// Waits for slots with work: surveys slots it knows nothing of, then
-    /// sleeps until the earliest known due time, a notice or the next
-    /// rescan. None once cancelled.
+    /// sleeps until the earliest known due time, a notice (or a mark) or
+    /// the next rescan. None once cancelled.
     async fn wait_for_work(&mut self) -> Option<Vec<u32>> {
         loop {
             if self.cancel.is_cancelled() || self.topic_deleted().await {
@@ -496,7 +548,11 @@ impl Fetcher {
             calls,
             fences,
         } = self.pop_calls(slots, cap, &settings.args);
-        let since = self.shared.lock().generation();
+        let since = {
+            let mut s = self.shared.lock();
+            s.sending(&chosen);
+            s.generation()
+        };
         let span = crate::observe::receive_span(self.topic.name());
         let replies = {
             use tracing::Instrument;
@@ -522,13 +578,14 @@ impl Fetcher {
             {
                 let mut s = self.shared.lock();
                 s.observe_server_time(popped.now);
-                s.after_pop(
+                s.after_pop_taking(
                     slot,
                     since,
                     popped.head,
                     popped.retry,
                     popped.lease,
                     popped.now,
+                    popped.taken_best,
                 );
             }
             for msg in popped.messages {
@@ -553,7 +610,11 @@ impl Fetcher {
             tracing::error!(topic, slot, "taking messages failed: {e}");
             let mut s = self.shared.lock();
             let now = s.server_now();
-            s.after_pop(slot, since, None, None, Some(now + 1_000), now);
+            if self.shared.marks {
+                s.retry_later(slot, now + 1_000);
+            } else {
+                s.after_pop(slot, since, None, None, Some(now + 1_000), now);
+            }
         }
     }
 

@@ -3,7 +3,9 @@
 //!
 //! Three background duties serve a consumer, one file each: the fetch loop
 //! (`fetcher.rs`, phase one, with `pop.rs` making deliveries of pop replies), the settler (`settler.rs`, phase two, batched)
-//! and the wake-up listener (`wake.rs`); what they share is in `shared.rs`
+//! and the wake-up listener (`wake.rs`), with, for a parallel consumer on a
+//! single node, the marks waiter (`marks.rs`: Redis hands each new head to
+//! one waiting consumer, not to all); what they share is in `shared.rs`
 //! and the schedule of slots in `schedule.rs`. A [`Delivery`] ends one
 //! message (`delivery.rs`); the handler API is `runner.rs`; taking by hand
 //! (tools, tests) is `take.rs`. Serial mode's ownership, leases and claims
@@ -21,6 +23,7 @@ mod fetcher;
 mod heads;
 mod inflight;
 mod limiter;
+mod marks;
 mod pool;
 mod pop;
 mod rate;
@@ -105,7 +108,10 @@ impl ConsumerBuilder {
     /// How often the consumer looks again even without a notice (the
     /// safety net); default 5 s. On one Redis that is one read of the
     /// topic's head index and a look at four slots in turn; on a cluster, a
-    /// look at every slot.
+    /// look at every slot. On one Redis it also bounds how late a parallel
+    /// consumer takes work whose mark went to a consumer that died, and a
+    /// delivery whose lease ran out (both are taken at the first rescan
+    /// that finds them overdue).
     pub fn rescan(mut self, every: Duration) -> Self {
         self.rescan = every.max(Duration::from_millis(10));
         self
@@ -171,10 +177,15 @@ impl ConsumerBuilder {
     pub fn stream(self, cancel: CancellationToken) -> Deliveries {
         let spec = self.topic.spec();
         let member: Arc<str> = format!("{:016x}", rand::random::<u64>()).into();
+        // Parallel consumers on a single node wait on the marks (one
+        // consumer per new head); serial members hear every notice and
+        // take the slots they own.
+        let marks = self.serial.is_none() && self.topic.redis().head_index;
         let shared = Arc::new(Shared::new(
             spec.kind,
             spec.slots,
             self.serial.as_ref().map(|_| member.clone()),
+            marks,
         ));
         let settler =
             settler::Settler::spawn(self.topic.clone(), inflight::Permits::new(&self.topic));
@@ -189,6 +200,13 @@ impl ConsumerBuilder {
             shared.clone(),
             stop.clone(),
         ));
+        if marks {
+            tokio::spawn(marks::wait(
+                self.topic.clone(),
+                shared.clone(),
+                stop.clone(),
+            ));
+        }
         tokio::spawn(fetcher::fetch_loop(fetcher::Fetcher::new(
             self.topic.clone(),
             shared.clone(),

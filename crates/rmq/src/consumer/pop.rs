@@ -95,12 +95,15 @@ pub(crate) struct Popped {
     /// superseded, cancelled): a bounded topic's room comes back for them.
     pub(crate) ended: u64,
     pub(crate) messages: Vec<Received>,
+    /// The best score among the messages taken (None: none taken).
+    pub(crate) taken_best: Option<i64>,
 }
 
 /// A pop reply made into deliveries of `slot` (a malformed delivery id is
 /// logged and skipped).
 pub(crate) fn parse_pop(spec: &TopicSpec, slot: u32, reply: Value) -> Popped {
     let r = PopReply::parse(reply);
+    let mut taken_best: Option<i64> = None;
     let messages = r
         .taken
         .into_iter()
@@ -109,6 +112,7 @@ pub(crate) fn parse_pop(spec: &TopicSpec, slot: u32, reply: Value) -> Popped {
                 tracing::error!(topic = %spec.name, slot, "pop returned a malformed delivery id");
                 return None;
             };
+            taken_best = taken_best.max(Some(d.score));
             let (priority, due_ms) = Received::score_fields(spec.kind, d.score);
             Some(Received {
                 topic: spec.name.clone(),
@@ -134,5 +138,6 @@ pub(crate) fn parse_pop(spec: &TopicSpec, slot: u32, reply: Value) -> Popped {
         lease: r.lease,
         ended: r.ended,
         messages,
+        taken_best,
     }
 }

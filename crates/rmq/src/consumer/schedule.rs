@@ -7,6 +7,16 @@
 //! single node, one read of the topic's head index; see `heads.rs`); it may
 //! be stale, which costs at most an empty pop, never a wrong delivery: the
 //! scripts decide what is due by the server clock.
+//!
+//! A consumer that waits on the topic's marks (`marks.rs`) keeps only work
+//! that is due now or that a mark handed to it: what a pop reply or an
+//! index read says of later work was marked for one consumer, and keeping
+//! it here too would bring every consumer that heard of it to the slot at
+//! once (the herd the marks are there to avoid).
+//!
+//! A priority topic's pending work is ready whatever the time: its `next`
+//! is [`READY`], earlier than any server time (not "now" by this clock's
+//! estimate, which moves back a little with each reply's round trip).
 
 use std::collections::{BTreeSet, HashSet};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -23,7 +33,19 @@ struct SlotHint {
     unknown: bool,
     /// Generation of the last notice about this slot.
     noticed: u64,
+    /// The earliest time a notice (or a mark) gave since the slot's last
+    /// pop was sent: what a reply that may predate it must keep. (Not
+    /// `next`, which may still hold what that pop made stale: a consumer
+    /// whose own pop marks the slot, and that takes the mark before the
+    /// reply, would otherwise pop again and again.)
+    noticed_min: Option<i64>,
+    /// Priority topics: the best score notices gave since then (likewise).
+    noticed_best: Option<i64>,
 }
+
+/// The `next` of work that is ready whatever the time (a priority topic's
+/// pending messages).
+const READY: i64 = 0;
 
 /// Per-slot hints and the estimate of the server clock.
 #[derive(Debug)]
@@ -45,6 +67,9 @@ pub(crate) struct Schedule {
     by_next: BTreeSet<(i64, u32)>,
     /// How many slots are unknown.
     unknown_count: usize,
+    /// The consumer waits on the marks: later work it did not take a mark
+    /// for is not its own (see the module docs).
+    marks: bool,
 }
 
 pub(crate) fn local_ms() -> i64 {
@@ -55,7 +80,13 @@ pub(crate) fn local_ms() -> i64 {
 }
 
 impl Schedule {
+    #[cfg(test)]
     pub(crate) fn new(kind: TopicKind, slots: u32) -> Self {
+        Self::with_marks(kind, slots, false)
+    }
+
+    /// A schedule for a consumer that waits on the marks when `marks`.
+    pub(crate) fn with_marks(kind: TopicKind, slots: u32, marks: bool) -> Self {
         let mut s = Schedule {
             kind,
             slots: vec![SlotHint::default(); slots as usize],
@@ -64,6 +95,7 @@ impl Schedule {
             index_horizon: None,
             by_next: BTreeSet::new(),
             unknown_count: 0,
+            marks,
         };
         // Unknown at start: every slot is visited once.
         s.mark_all();
@@ -146,10 +178,13 @@ impl Schedule {
                 continue;
             };
             let (next, best) = if priority && v <= 0 {
-                (now, Some(-v))
+                (READY, Some(-v))
             } else {
                 (v, None)
             };
+            if self.marks && next > now {
+                continue; // later work: a mark holds it
+            }
             h.next = Some(h.next.map_or(next, |n| n.min(next)));
             h.best = h.best.max(best);
         }
@@ -157,7 +192,8 @@ impl Schedule {
         self.index_horizon = match entries.last() {
             Some(&(_, v)) if more => Some(if priority && v <= 0 { now } else { v }),
             _ => None,
-        };
+        }
+        .filter(|&h| !self.marks || h <= now);
     }
 
     /// Whether the index must be read again before the fetch loop sleeps
@@ -203,11 +239,41 @@ impl Schedule {
         lease: Option<i64>,
         now: i64,
     ) {
+        self.after_pop_taking(slot, since, head, retry, lease, now, None);
+    }
+
+    /// [`after_pop`](Self::after_pop) of a pop that took messages, the
+    /// best of them scored `taken_best` (priority topics): a notice of a
+    /// score no better than that told of a message this pop took, and is
+    /// no longer news (marks taken in bulk reach the consumer after its
+    /// pop was sent, yet may be older than it).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn after_pop_taking(
+        &mut self,
+        slot: u32,
+        since: u64,
+        head: Option<i64>,
+        retry: Option<i64>,
+        lease: Option<i64>,
+        now: i64,
+        taken_best: Option<i64>,
+    ) {
         let head_ready = match self.kind {
-            TopicKind::Priority => head.map(|_| now),
+            TopicKind::Priority => head.map(|_| READY),
             _ => head,
         };
-        let next = [head_ready, retry, lease].into_iter().flatten().min();
+        let next = if self.marks {
+            // Work due now only: later work was marked for one consumer,
+            // and a lease ends with its settle (one that runs out is
+            // found by a rescan).
+            [head_ready, retry]
+                .into_iter()
+                .flatten()
+                .filter(|&n| n <= now)
+                .min()
+        } else {
+            [head_ready, retry, lease].into_iter().flatten().min()
+        };
         let best = if self.kind == TopicKind::Priority {
             head
         } else {
@@ -217,29 +283,33 @@ impl Schedule {
             return;
         };
         let next = if h.noticed > since {
-            h.best = h.best.max(best);
-            [h.next, next].into_iter().flatten().min()
+            let news = h.noticed_best.filter(|&b| taken_best.is_none_or(|t| b > t));
+            h.best = news.max(best);
+            [h.noticed_min, next].into_iter().flatten().min()
         } else {
             h.best = best;
             next
         };
+        h.noticed_min = None;
+        h.noticed_best = None;
         self.set_next(slot as usize, next);
         self.set_known(slot as usize);
     }
 
     /// Records a wake-up notification: slot's new head has this score.
     pub(crate) fn notify(&mut self, slot: u32, score: i64) {
-        let now = self.server_now();
         self.generation += 1;
         let generation = self.generation;
         let priority = self.kind == TopicKind::Priority;
         let Some(h) = self.slots.get_mut(slot as usize) else {
             return;
         };
-        let at = if priority { now } else { score };
+        let at = if priority { READY } else { score };
         h.noticed = generation;
+        h.noticed_min = Some(h.noticed_min.map_or(at, |n| n.min(at)));
         if priority {
             h.best = Some(h.best.map_or(score, |b| b.max(score)));
+            h.noticed_best = Some(h.noticed_best.map_or(score, |b| b.max(score)));
         }
         let next = Some(h.next.map_or(at, |n| n.min(at)));
         self.set_next(slot as usize, next);
@@ -251,9 +321,76 @@ impl Schedule {
         let generation = self.generation;
         if let Some(h) = self.slots.get_mut(slot as usize) {
             h.noticed = generation;
+            h.noticed_min = Some(h.noticed_min.map_or(ms, |n| n.min(ms)));
             let next = Some(h.next.map_or(ms, |n| n.min(ms)));
             self.set_next(slot as usize, next);
         }
+    }
+
+    /// The slots' pops are being sent: what notices said before is in
+    /// what the pops will find.
+    pub(crate) fn sending(&mut self, slots: &[u32]) {
+        for &slot in slots {
+            if let Some(h) = self.slots.get_mut(slot as usize) {
+                h.noticed_min = None;
+                h.noticed_best = None;
+            }
+        }
+    }
+
+    /// Records a mark this consumer took: the slot has work at index value
+    /// `v` (a priority topic's pending head: minus its score; else a time).
+    pub(crate) fn marked(&mut self, slot: u32, v: i64) {
+        if self.kind == TopicKind::Priority && v <= 0 {
+            self.notify(slot, -v);
+        } else {
+            self.wake_at(slot, v);
+        }
+    }
+
+    /// A slot whose pop failed is tried again at server time `at`, not
+    /// before.
+    pub(crate) fn retry_later(&mut self, slot: u32, at: i64) {
+        self.set_next(slot as usize, Some(at));
+        self.set_known(slot as usize);
+    }
+
+    /// Takes out the known work due by server time `until` (all of it
+    /// when None) as marks to hand back, (slot, index value): what a
+    /// consumer that cannot serve it soon gives to the others.
+    pub(crate) fn take_due(&mut self, until: Option<i64>) -> Vec<(u32, i64)> {
+        let priority = self.kind == TopicKind::Priority;
+        let due: Vec<(i64, u32)> = self
+            .by_next
+            .iter()
+            .take_while(|&&(n, _)| until.is_none_or(|u| n <= u))
+            .copied()
+            .collect();
+        let mut out = Vec::with_capacity(due.len());
+        for (n, slot) in due {
+            let Some(h) = self.slots.get_mut(slot as usize) else {
+                continue;
+            };
+            if h.unknown {
+                continue; // to be looked at, not known work
+            }
+            let v = match h.best.take() {
+                Some(best) if priority => -best,
+                _ => n,
+            };
+            out.push((slot, v));
+            self.set_next(slot as usize, None);
+        }
+        out
+    }
+
+    /// The earliest known work that is not waiting to be looked at
+    /// (server ms; [`READY`] for work ready whatever the time), if any.
+    pub(crate) fn earliest_known(&self) -> Option<i64> {
+        self.by_next
+            .iter()
+            .find(|&&(_, slot)| self.slots.get(slot as usize).is_some_and(|h| !h.unknown))
+            .map(|&(n, _)| n)
     }
 
     /// Up to `limit` slots with work now, best first: highest known
@@ -311,6 +448,53 @@ mod tests {
         s.after_pop(3, 0, None, Some(now + 60_000), None, now);
         assert_eq!(s.ready(10, None), vec![1, 0]);
         assert!(s.ms_until_next(None) == Some(0));
+    }
+
+    #[test]
+    fn a_mark_of_the_message_a_pop_took_does_not_rank_its_slot() {
+        // Slot 0's send marked its best (7); the consumer takes that mark
+        // after its pop was sent, and the pop took that very message.
+        let mut s = Schedule::with_marks(TopicKind::Priority, 2, true);
+        let now = s.server_now();
+        s.after_pop(1, 0, Some(6 << 32), None, None, now);
+        let since = s.generation();
+        s.sending(&[0]);
+        s.marked(0, -(7 << 32)); // taken from Redis before the pop ran
+        s.after_pop_taking(0, since, Some(5 << 32), None, None, now, Some(7 << 32));
+        assert_eq!(s.ready(1, None), vec![1], "6 before 5: the 7 is gone");
+        // A better message that came after the pop is news.
+        let since = s.generation();
+        s.sending(&[0]);
+        s.marked(0, -(8 << 32));
+        s.after_pop_taking(0, since, Some(5 << 32), None, None, now, Some(5 << 32));
+        assert_eq!(s.ready(1, None), vec![0]);
+    }
+
+    #[test]
+    fn a_consumer_on_the_marks_keeps_only_work_due_now() {
+        let mut s = Schedule::with_marks(TopicKind::FixedTime, 3, true);
+        let now = s.server_now();
+        s.apply_index(&[(0, now - 5), (1, now + 60_000)], false, s.generation());
+        assert_eq!(s.ready(8, None), vec![0]);
+        assert_eq!(s.ms_until_next(None), Some(0));
+        // A pop leaves a later head and a lease: a mark holds the one,
+        // the settle ends the other.
+        s.after_pop(
+            0,
+            s.generation(),
+            Some(now + 5_000),
+            None,
+            Some(now + 30_000),
+            now,
+        );
+        assert_eq!(s.ms_until_next(None), None);
+        // A mark it takes is its own, due or not; a consumer with no room
+        // hands back what is due.
+        s.marked(2, now + 5_000);
+        s.marked(1, now - 10);
+        assert_eq!(s.take_due(Some(now)), vec![(1, now - 10)]);
+        assert_eq!(s.take_due(None), vec![(2, now + 5_000)]);
+        assert_eq!(s.earliest_known(), None);
     }
 
     #[test]

@@ -23,18 +23,32 @@ pub(crate) struct Shared {
     pub(crate) room: Notify,
     /// Serial mode: the slots this consumer owns.
     pub(crate) ownership: Option<Arc<Mutex<Ownership>>>,
+    /// Whether the consumer waits on the topic's marks (`marks.rs`).
+    pub(crate) marks: bool,
+    /// How many marks the fetch loop would take now: the room it gathered
+    /// last, 0 while it waits for room. The marks waiter asks Redis only
+    /// while this is set.
+    pub(crate) want_marks: tokio::sync::watch::Sender<usize>,
     /// Why the consumer stopped by itself (its topic was deleted).
     stopped: Mutex<Option<Error>>,
 }
 
 impl Shared {
-    /// `member`: serial mode's member id (None in parallel mode).
-    pub(crate) fn new(kind: TopicKind, slots: u32, member: Option<Arc<str>>) -> Shared {
+    /// `member`: serial mode's member id (None in parallel mode); `marks`:
+    /// whether it waits on the topic's marks.
+    pub(crate) fn new(
+        kind: TopicKind,
+        slots: u32,
+        member: Option<Arc<str>>,
+        marks: bool,
+    ) -> Shared {
         Shared {
-            schedule: Mutex::new(Schedule::new(kind, slots)),
+            schedule: Mutex::new(Schedule::with_marks(kind, slots, marks)),
             notify: Notify::new(),
             room: Notify::new(),
             ownership: member.map(|m| Arc::new(Mutex::new(Ownership::new(m)))),
+            marks,
+            want_marks: tokio::sync::watch::Sender::new(0),
             stopped: Mutex::new(None),
         }
     }

@@ -7,6 +7,11 @@
 //! It turns each notice into a hint and wakes the fetcher. After every
 //! (re)connection it marks all slots for a look, since notices sent while
 //! it was away are lost.
+//!
+//! A consumer that waits on the marks (`marks.rs`) hears of new heads from
+//! them, one consumer per head, and listens here only for `room`, on the
+//! topic's room channel, where no head is announced: a notice would wake
+//! every such consumer, which is what the marks are there to avoid.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,11 +68,16 @@ async fn listen_single(
     shared: Arc<Shared>,
     cancel: CancellationToken,
 ) {
+    let channel = if shared.marks {
+        crate::keys::room_channel(topic.prefix(), topic.name())
+    } else {
+        topic.channel.to_string()
+    };
     let mut backoff = Duration::from_millis(50);
     while !cancel.is_cancelled() {
         let connect = async {
             let mut ps = client.get_async_pubsub().await?;
-            ps.subscribe(&*topic.channel).await?;
+            ps.subscribe(&channel).await?;
             Ok::<_, redis::RedisError>(ps)
         };
         let mut ps = tokio::select! {

@@ -121,10 +121,16 @@ impl Topic {
     }
 
     /// Consumer processes listening to the topic's wake-up notices: each
-    /// running consumer, parallel or serial, subscribes to them.
+    /// running consumer, parallel or serial, subscribes to them (on a
+    /// single node, a parallel consumer that waits on the marks to the
+    /// room channel instead).
     pub async fn consumers(&self) -> Result<u64> {
+        let mut channels = self.channels();
+        if !self.ctx.is_cluster() {
+            channels.push(crate::keys::room_channel(self.prefix(), self.name()));
+        }
         self.redis()
-            .subscribers(&self.channels(), self.ctx.is_cluster())
+            .subscribers(&channels, self.ctx.is_cluster())
             .await
     }
 }

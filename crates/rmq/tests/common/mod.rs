@@ -220,6 +220,7 @@ pub async fn calls(backend: &Backend) -> u64 {
     total
 }
 
+/// Script calls, and waits on the marks (the calls an idle consumer makes).
 pub async fn calls_on(url: &str) -> u64 {
     let client = redis::Client::open(url).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
@@ -229,7 +230,11 @@ pub async fn calls_on(url: &str) -> u64 {
         .await
         .unwrap();
     info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_fcall:"))
+        .filter(|l| {
+            ["cmdstat_evalsha:", "cmdstat_fcall:", "cmdstat_bzmpop:"]
+                .iter()
+                .any(|c| l.starts_with(c))
+        })
         .filter_map(|l| {
             l.split("calls=")
                 .nth(1)?
