@@ -62,9 +62,10 @@ pub struct Global {
     /// (`rmq functions load`) with FCALL; never load or send Lua
     #[arg(long, env = "RMQ_FUNCTIONS", global = true)]
     pub functions: bool,
-    /// Do not keep the topics' head index (one Redis): needed in every
-    /// process of a prefix while processes of an rmq without the index
+    /// Do not keep the topics' head index and marks (one Redis): needed in
+    /// every process of a prefix while processes of an rmq without them
     /// still send to it; consumers then look at every slot at each rescan
+    /// and hear every notice
     #[arg(long, env = "RMQ_NO_HEAD_INDEX", global = true)]
     pub no_head_index: bool,
     /// Redis Cluster: how long a command keeps trying while a master fails

@@ -12,8 +12,8 @@
 //!   handlers `ConsumerBuilder::run` runs.
 //! - `rmq_lease_extensions_total`, `rmq_fenced_total` (serial mode: calls
 //!   refused because this consumer no longer holds the slot),
-//!   `rmq_wakeups_total` (notices, or marks taken, that woke the fetch
-//!   loop), `rmq_marks_handed_back_total` (marks of work a consumer could
+//!   `rmq_wakeups_total` (notices of new heads or of freed in-flight
+//!   permits, and takes of marks, that woke the consumer), `rmq_marks_handed_back_total` (marks of work a consumer could
 //!   not serve soon, given back to the others), `rmq_pops_total` (`outcome`:
 //!   taken or empty; the fetch loop's pop calls, one per slot, so that
 //!   empty pops per delivery show how often consumers wake for nothing).

@@ -16,18 +16,26 @@ use std::time::{Duration, Instant};
 use common::*;
 use futures::StreamExt;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use rmq::{CancellationToken, Message, Topic, TopicKind};
+use rmq::{CancellationToken, Message, Topic, TopicKind, TopicSpec};
 
 fn single_node() -> bool {
     std::env::var("RMQ_TEST_CLUSTER").map_or(true, |v| v != "1")
 }
 
-/// Pop calls since the last reading (the snapshot resets the counters).
-fn pops_since_last(snap: &Snapshotter) -> u64 {
+/// Pop calls on topic `topic` since the last reading (the snapshot resets
+/// the counters; other tests of this binary run meanwhile, on other
+/// topics).
+fn pops_since_last(snap: &Snapshotter, topic: &str) -> u64 {
     snap.snapshot()
         .into_vec()
         .into_iter()
-        .filter(|(key, ..)| key.key().name() == "rmq_pops_total")
+        .filter(|(key, ..)| {
+            key.key().name() == "rmq_pops_total"
+                && key
+                    .key()
+                    .labels()
+                    .any(|l| l.key() == "topic" && l.value() == topic)
+        })
         .map(|(.., value)| match value {
             DebugValue::Counter(n) => n,
             _ => 0,
@@ -42,6 +50,7 @@ type Seen = Arc<Mutex<HashMap<String, Vec<usize>>>>;
 /// acks everything, after `work` of handling, and notes who got what.
 async fn spawn_consumer(
     server: &Backend,
+    topic: &str,
     id: usize,
     concurrency: usize,
     work: Duration,
@@ -49,7 +58,7 @@ async fn spawn_consumer(
     stop: CancellationToken,
 ) -> Topic {
     let client = server.connect().await;
-    let topic = client.topic("t").await.unwrap();
+    let topic = client.topic(topic).await.unwrap();
     let mut s = topic
         .consumer()
         .concurrency(concurrency)
@@ -88,14 +97,15 @@ async fn a_new_message_wakes_one_of_twenty_idle_consumers_not_all() {
     let snap = recorder.snapshotter();
     recorder.install().unwrap();
     for kind in [TopicKind::FixedTime, TopicKind::Priority] {
-        let (server, _c, topic) = setup(kind, 256).await;
+        let (server, _c, topic) = setup_with(TopicSpec::new("herd", kind).slots(256)).await;
         let seen: Seen = Arc::default();
         let stop = CancellationToken::new();
         for id in 0..20 {
-            spawn_consumer(&server, id, 8, Duration::ZERO, seen.clone(), stop.clone()).await;
+            let (seen, stop) = (seen.clone(), stop.clone());
+            spawn_consumer(&server, "herd", id, 8, Duration::ZERO, seen, stop).await;
         }
         tokio::time::sleep(Duration::from_millis(1_500)).await; // start-up
-        pops_since_last(&snap);
+        pops_since_last(&snap, "herd");
         let n = 40;
         for i in 0..n {
             let m = Message::new(format!("m{i}"));
@@ -107,7 +117,7 @@ async fn a_new_message_wakes_one_of_twenty_idle_consumers_not_all() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         wait_for(&seen, n, Duration::from_secs(10)).await;
-        let pops = pops_since_last(&snap);
+        let pops = pops_since_last(&snap, "herd");
         stop.cancel();
         let seen = seen.lock().unwrap();
         assert_eq!(seen.len(), n, "{kind:?}: every message delivered");
@@ -138,7 +148,7 @@ async fn a_backlog_in_one_slot_draws_in_every_idle_consumer() {
     let stop = CancellationToken::new();
     for id in 0..4 {
         let work = Duration::from_millis(5);
-        spawn_consumer(&server, id, 1, work, seen.clone(), stop.clone()).await;
+        spawn_consumer(&server, "t", id, 1, work, seen.clone(), stop.clone()).await;
     }
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     let n = 400;
@@ -297,4 +307,30 @@ fn a_consumer_that_dies_holding_a_mark_leaves_the_work_to_the_rescans() {
         d.ack().await.unwrap();
         stop.cancel();
     });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_for_later_work_outlives_the_holders_rescans() {
+    if !single_node() {
+        return;
+    }
+    // The consumer holding the mark rescans twice before the message is
+    // due (at about 2 s and 4 s after its start; it is due at 4.2 s, so the
+    // next rescan comes 1.8 s after): each rescan forgets what it knew of
+    // the slots, not the mark.
+    let (server, _c, topic) = setup(TopicKind::FixedTime, 16).await;
+    let stop = CancellationToken::new();
+    let mut s = holding_consumer(&server, Duration::from_secs(2), stop.clone()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let due = Duration::from_millis(3_700);
+    let sent_at = Instant::now();
+    topic.send(Message::new("later").delay(due)).await.unwrap();
+    let d = next(&mut s, 8).await.expect("delivered");
+    let late = sent_at.elapsed().saturating_sub(due);
+    assert!(
+        late < Duration::from_millis(500),
+        "delivered {late:?} after due"
+    );
+    d.ack().await.unwrap();
+    stop.cancel();
 }

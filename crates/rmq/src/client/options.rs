@@ -40,7 +40,11 @@ pub struct ClientOptions {
     /// default. Turn it off in every process of a prefix while processes
     /// of an rmq that does not keep it still send to it (a rolling upgrade):
     /// their sends would not be in the index, and consumers reading it would
-    /// find them only by the slow sweep. Ignored on a cluster.
+    /// find them only by the slow sweep. The same holds for an rmq that
+    /// keeps the index but not the topics' marks (the release before
+    /// them): its sends mark nothing, and parallel consumers that wait on
+    /// the marks would take those messages only at their rescans (up to
+    /// 5 s late). Ignored on a cluster.
     pub head_index: bool,
 }
 

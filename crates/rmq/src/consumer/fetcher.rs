@@ -87,6 +87,9 @@ const FANOUT: usize = 8;
 /// Runs the fetch loop until `fetcher.cancel` fires (a consumer that waits
 /// on the marks then hands back the work it knows of: `marks.rs`).
 pub(crate) async fn fetch_loop(mut f: Fetcher) {
+    // However the loop ends, the consumer's other duties end with it (a
+    // marks waiter left running would take marks nobody serves).
+    let _stop = f.cancel.clone().drop_guard();
     // Each round: room for deliveries, then slots with work, then the
     // topic's in-flight permits and rate tokens, then one pop per slot in
     // one round trip, then hand the messages out.
@@ -352,8 +355,11 @@ impl Fetcher {
             }
         }
         if self.shared.marks {
-            // It takes marks for the room it has, until it has none.
-            let room = held.len();
+            // It takes marks for the room it has, until it has none (a
+            // priority round pops one slot: one mark at a time, so that
+            // a consumer does not hold the marks of slots it will not pop
+            // before others could).
+            let room = held.len().min(self.fanout());
             self.shared.want_marks.send_if_modified(|w| {
                 let changed = *w != room;
                 *w = room;
@@ -367,10 +373,16 @@ impl Fetcher {
     /// no more marks meanwhile, and due work it took marks for goes back
     /// to the others once it has waited a while. None once cancelled.
     async fn wait_for_room(&self) -> Option<Held> {
-        if self.shared.marks {
-            self.shared.want_marks.send_replace(0);
-        }
-        let since = self.shared.lock().server_now();
+        let since = {
+            // Under the schedule's lock, which the marks waiter holds to
+            // check this and record what it took: a mark it records is
+            // seen below, and one it has not recorded yet goes back.
+            let s = self.shared.lock();
+            if self.shared.marks {
+                self.shared.want_marks.send_replace(0);
+            }
+            s.server_now()
+        };
         loop {
             let hand_back_in = self
                 .shared
@@ -392,17 +404,27 @@ impl Fetcher {
         }
     }
 
-    /// How long until the earliest known work has waited
+    /// How long until the earliest work it holds a mark for has waited
     /// [`HAND_BACK_AFTER`](super::marks::HAND_BACK_AFTER) past its time, or
     /// past `since` (server ms: when the wait for room began), whichever
     /// is later (None: no work known).
     fn until_hand_back(&self, since: i64) -> Option<Duration> {
         let s = self.shared.lock();
-        let earliest = s.earliest_known()?.max(since);
+        let earliest = s.earliest_held()?.max(since);
         let at = earliest + super::marks::HAND_BACK_AFTER.as_millis() as i64;
         Some(Duration::from_millis(
             u64::try_from(at - s.server_now()).unwrap_or(0),
         ))
+    }
+
+    /// Slots popped per round at most: one for a parallel consumer of a
+    /// priority topic (the best slot first), else [`FANOUT`].
+    fn fanout(&self) -> usize {
+        if self.topic.kind() == TopicKind::Priority && !self.serial {
+            1
+        } else {
+            FANOUT
+        }
     }
 
     /// Waits for slots with work: surveys slots it knows nothing of, then
@@ -435,11 +457,7 @@ impl Fetcher {
                 }
                 continue;
             }
-            let fanout = if self.topic.kind() == TopicKind::Priority && !self.serial {
-                1
-            } else {
-                FANOUT
-            };
+            let fanout = self.fanout();
             let (ready, wait) = {
                 let s = self.shared.lock();
                 (

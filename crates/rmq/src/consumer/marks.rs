@@ -114,19 +114,25 @@ impl Waiter {
             if reply.is_empty() {
                 continue;
             }
-            if *want.borrow() == 0 || cancel.is_cancelled() {
+            let kept = {
+                // Under the lock the fetch loop holds to give up its room
+                // (see `Fetcher::wait_for_room`).
+                let mut s = shared.lock();
+                let kept = *want.borrow() > 0 && !cancel.is_cancelled();
+                if kept {
+                    for &(slot, v) in &reply {
+                        s.marked(slot, v);
+                    }
+                }
+                kept
+            };
+            if !kept {
                 // The consumer ran out of room (or stopped) while this call
                 // waited: the work goes to one that has some.
                 hand_back(&self.topic, &reply).await;
                 continue;
             }
             crate::observe::woken(self.topic.name());
-            {
-                let mut s = shared.lock();
-                for &(slot, v) in &reply {
-                    s.marked(slot, v);
-                }
-            }
             shared.notify.notify_one();
         }
     }

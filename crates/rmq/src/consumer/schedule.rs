@@ -41,11 +41,27 @@ struct SlotHint {
     noticed_min: Option<i64>,
     /// Priority topics: the best score notices gave since then (likewise).
     noticed_best: Option<i64>,
+    /// The index value of a mark this consumer took and has not popped the
+    /// slot for since: the mark is gone from Redis, so this consumer alone
+    /// knows of that work, and what it learns of the slot otherwise (a
+    /// rescan, an index read, a look) must not make it forget.
+    held: Option<i64>,
 }
 
 /// The `next` of work that is ready whatever the time (a priority topic's
 /// pending messages).
 const READY: i64 = 0;
+
+/// What an index value (an index entry's, a mark's) says of its slot:
+/// when it may have work, and for a priority topic's pending head its
+/// score.
+fn hint_of(kind: TopicKind, v: i64) -> (i64, Option<i64>) {
+    if kind == TopicKind::Priority && v <= 0 {
+        (READY, Some(-v))
+    } else {
+        (v, None)
+    }
+}
 
 /// Per-slot hints and the estimate of the server clock.
 #[derive(Debug)]
@@ -173,15 +189,19 @@ impl Schedule {
             }
         }
         let priority = self.kind == TopicKind::Priority;
+        let kind = self.kind;
+        for h in &mut self.slots {
+            if let Some(v) = h.held {
+                let (next, best) = hint_of(kind, v);
+                h.next = Some(h.next.map_or(next, |n| n.min(next)));
+                h.best = h.best.max(best);
+            }
+        }
         for &(slot, v) in entries {
             let Some(h) = self.slots.get_mut(slot as usize) else {
                 continue;
             };
-            let (next, best) = if priority && v <= 0 {
-                (READY, Some(-v))
-            } else {
-                (v, None)
-            };
+            let (next, best) = hint_of(kind, v);
             if self.marks && next > now {
                 continue; // later work: a mark holds it
             }
@@ -279,6 +299,7 @@ impl Schedule {
         } else {
             None
         };
+        let kind = self.kind;
         let Some(h) = self.slots.get_mut(slot as usize) else {
             return;
         };
@@ -289,6 +310,25 @@ impl Schedule {
         } else {
             h.best = best;
             next
+        };
+        // A mark it holds (a look, which pops nothing, does not end it),
+        // unless it told of a message this pop took: a mark taken after
+        // the pop was sent may still be older than it.
+        if let (Some(v), Some(taken)) = (h.held, taken_best) {
+            let told = match hint_of(kind, v) {
+                (_, Some(best)) => best,
+                (at, None) => at,
+            };
+            if told <= taken {
+                h.held = None;
+            }
+        }
+        let next = match h.held.map(|v| hint_of(kind, v)) {
+            Some((held_next, held_best)) => {
+                h.best = h.best.max(held_best);
+                Some(next.map_or(held_next, |n| n.min(held_next)))
+            }
+            None => next,
         };
         h.noticed_min = None;
         h.noticed_best = None;
@@ -334,6 +374,7 @@ impl Schedule {
             if let Some(h) = self.slots.get_mut(slot as usize) {
                 h.noticed_min = None;
                 h.noticed_best = None;
+                h.held = None; // the pop marks what it leaves
             }
         }
     }
@@ -341,6 +382,9 @@ impl Schedule {
     /// Records a mark this consumer took: the slot has work at index value
     /// `v` (a priority topic's pending head: minus its score; else a time).
     pub(crate) fn marked(&mut self, slot: u32, v: i64) {
+        if let Some(h) = self.slots.get_mut(slot as usize) {
+            h.held = Some(h.held.map_or(v, |held| held.min(v)));
+        }
         if self.kind == TopicKind::Priority && v <= 0 {
             self.notify(slot, -v);
         } else {
@@ -355,41 +399,47 @@ impl Schedule {
         self.set_known(slot as usize);
     }
 
-    /// Takes out the known work due by server time `until` (all of it
-    /// when None) as marks to hand back, (slot, index value): what a
-    /// consumer that cannot serve it soon gives to the others.
+    /// Takes out the marks it holds for work due by server time `until`
+    /// (all of them when None), (slot, index value), to hand back: what a
+    /// consumer that cannot serve it soon gives to the others. (Work it
+    /// learned of otherwise, the others can learn of too.)
     pub(crate) fn take_due(&mut self, until: Option<i64>) -> Vec<(u32, i64)> {
-        let priority = self.kind == TopicKind::Priority;
-        let due: Vec<(i64, u32)> = self
+        let due: Vec<u32> = self
             .by_next
             .iter()
             .take_while(|&&(n, _)| until.is_none_or(|u| n <= u))
-            .copied()
+            .map(|&(_, slot)| slot)
+            .filter(|&slot| {
+                self.slots
+                    .get(slot as usize)
+                    .is_some_and(|h| h.held.is_some())
+            })
             .collect();
         let mut out = Vec::with_capacity(due.len());
-        for (n, slot) in due {
+        for slot in due {
             let Some(h) = self.slots.get_mut(slot as usize) else {
                 continue;
             };
-            if h.unknown {
-                continue; // to be looked at, not known work
-            }
-            let v = match h.best.take() {
-                Some(best) if priority => -best,
-                _ => n,
+            let Some(v) = h.held.take() else {
+                continue;
             };
+            h.best = None;
             out.push((slot, v));
             self.set_next(slot as usize, None);
         }
         out
     }
 
-    /// The earliest known work that is not waiting to be looked at
-    /// (server ms; [`READY`] for work ready whatever the time), if any.
-    pub(crate) fn earliest_known(&self) -> Option<i64> {
+    /// When the earliest work it holds a mark for may be done (server ms;
+    /// [`READY`] for work ready whatever the time), if it holds any.
+    pub(crate) fn earliest_held(&self) -> Option<i64> {
         self.by_next
             .iter()
-            .find(|&&(_, slot)| self.slots.get(slot as usize).is_some_and(|h| !h.unknown))
+            .find(|&&(_, slot)| {
+                self.slots
+                    .get(slot as usize)
+                    .is_some_and(|h| h.held.is_some())
+            })
             .map(|&(n, _)| n)
     }
 
@@ -494,7 +544,7 @@ mod tests {
         s.marked(1, now - 10);
         assert_eq!(s.take_due(Some(now)), vec![(1, now - 10)]);
         assert_eq!(s.take_due(None), vec![(2, now + 5_000)]);
-        assert_eq!(s.earliest_known(), None);
+        assert_eq!(s.earliest_held(), None);
     }
 
     #[test]

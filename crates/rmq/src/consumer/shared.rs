@@ -25,9 +25,10 @@ pub(crate) struct Shared {
     pub(crate) ownership: Option<Arc<Mutex<Ownership>>>,
     /// Whether the consumer waits on the topic's marks (`marks.rs`).
     pub(crate) marks: bool,
-    /// How many marks the fetch loop would take now: the room it gathered
-    /// last, 0 while it waits for room. The marks waiter asks Redis only
-    /// while this is set.
+    /// How many marks the fetch loop would take: the room it gathered last
+    /// (at most one round's slots), 0 while it waits for room. The marks
+    /// waiter asks Redis only while this is set. Set and read under the
+    /// schedule's lock where a mark's fate depends on it.
     pub(crate) want_marks: tokio::sync::watch::Sender<usize>,
     /// Why the consumer stopped by itself (its topic was deleted).
     stopped: Mutex<Option<Error>>,

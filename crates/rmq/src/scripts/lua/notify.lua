@@ -30,9 +30,10 @@ end
 -- notice is, and by a parallel pop that leaves work behind it (more due
 -- now, so that a second consumer helps, or due later, which the popper
 -- leaves to whoever takes the mark). A slot has one mark at most: a
--- notice lowers it (ZADD LT), a pop sets it to what it found. Lease deadlines are never marked: a lease
--- ends with its settle, and one that runs out is found by the consumers'
--- rescans of the index. Written with pcall, as the index.
+-- notice lowers it (ZADD LT), a pop sets it to what it found. In-flight lease deadlines are never marked:
+-- a lease ends with its settle, and one that runs out is found by the
+-- consumers' rescans of the index. (A serial owner's slot lease is: a
+-- parallel pop that may not take from the slot marks its end.) Written with pcall, as the index.
 local MARKS = IDX and KEYS[12]
 
 -- Marks the slot's work at v (lowers an earlier mark; never raises it).
