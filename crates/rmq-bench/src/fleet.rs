@@ -1,5 +1,7 @@
 //! `--fleet`: what a fleet of parallel consumers costs Redis, with the
-//! head index and without it, side by side on one throwaway Redis.
+//! head index (and with it the marks idle consumers wait on, one consumer
+//! per new head) and without them (every consumer hears every notice),
+//! side by side on one throwaway Redis.
 //!
 //! Each case is a fixed-time topic of `slots` slots and `consumers`
 //! consumers, each a client of its own (its own connections, as separate

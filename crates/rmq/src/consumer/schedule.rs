@@ -46,6 +46,11 @@ struct SlotHint {
     /// knows of that work, and what it learns of the slot otherwise (a
     /// rescan, an index read, a look) must not make it forget.
     held: Option<i64>,
+    /// Priority topics: the best score the slot's last pop that took
+    /// something took. A mark of a score no better tells of a message
+    /// taken already (marks can reach the consumer long after they were
+    /// taken from Redis): it wakes, but does not rank, the slot.
+    taken: Option<i64>,
 }
 
 /// The `next` of work that is ready whatever the time (a priority topic's
@@ -332,6 +337,9 @@ impl Schedule {
         };
         h.noticed_min = None;
         h.noticed_best = None;
+        if taken_best.is_some() {
+            h.taken = taken_best;
+        }
         self.set_next(slot as usize, next);
         self.set_known(slot as usize);
     }
@@ -382,10 +390,16 @@ impl Schedule {
     /// Records a mark this consumer took: the slot has work at index value
     /// `v` (a priority topic's pending head: minus its score; else a time).
     pub(crate) fn marked(&mut self, slot: u32, v: i64) {
-        if let Some(h) = self.slots.get_mut(slot as usize) {
-            h.held = Some(h.held.map_or(v, |held| held.min(v)));
+        let Some(h) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        let pending = self.kind == TopicKind::Priority && v <= 0;
+        if pending && h.taken.is_some_and(|t| -v <= t) {
+            self.wake_at(slot, READY); // no news of the best: see `taken`
+            return;
         }
-        if self.kind == TopicKind::Priority && v <= 0 {
+        h.held = Some(h.held.map_or(v, |held| held.min(v)));
+        if pending {
             self.notify(slot, -v);
         } else {
             self.wake_at(slot, v);
@@ -517,6 +531,20 @@ mod tests {
         s.sending(&[0]);
         s.marked(0, -(8 << 32));
         s.after_pop_taking(0, since, Some(5 << 32), None, None, now, Some(5 << 32));
+        assert_eq!(s.ready(1, None), vec![0]);
+    }
+
+    #[test]
+    fn a_mark_that_comes_after_the_pop_that_took_its_message_wakes_but_does_not_rank() {
+        let mut s = Schedule::with_marks(TopicKind::Priority, 2, true);
+        let now = s.server_now();
+        s.after_pop(1, 0, Some(6 << 32), None, None, now);
+        let since = s.generation();
+        s.sending(&[0]);
+        s.after_pop_taking(0, since, Some(5 << 32), None, None, now, Some(7 << 32));
+        s.marked(0, -(7 << 32)); // the send's mark, taken before the pop ran
+        assert_eq!(s.ready(2, None), vec![1, 0], "6 first: slot 0 holds a 5");
+        s.marked(0, -(9 << 32)); // a better message sent since
         assert_eq!(s.ready(1, None), vec![0]);
     }
 
