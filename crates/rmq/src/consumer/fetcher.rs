@@ -84,8 +84,8 @@ const GATHER: Duration = Duration::from_millis(1);
 /// Slots popped per round at most (time-based topics, or serial mode).
 const FANOUT: usize = 8;
 
-/// Runs the fetch loop until `fetcher.cancel` fires (a consumer that waits
-/// on the marks then hands back the work it knows of: `marks.rs`).
+/// Runs the fetch loop until `fetcher.cancel` fires (the marks waiter then
+/// hands back the marks the consumer still holds: `marks.rs`).
 pub(crate) async fn fetch_loop(mut f: Fetcher) {
     // However the loop ends, the consumer's other duties end with it (a
     // marks waiter left running would take marks nobody serves).
