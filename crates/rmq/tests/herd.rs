@@ -59,9 +59,12 @@ async fn spawn_consumer(
 ) -> Topic {
     let client = server.connect().await;
     let topic = client.topic(topic).await.unwrap();
+    // No rescan within a test: what these consumers do, the marks made
+    // them do.
     let mut s = topic
         .consumer()
         .concurrency(concurrency)
+        .rescan(Duration::from_secs(600))
         .stream(stop.clone());
     tokio::spawn(async move {
         let _client = client;
@@ -79,6 +82,19 @@ async fn spawn_consumer(
         }
     });
     topic
+}
+
+/// Waits (up to 5 s) until no mark of topic "t" is left in Redis: a
+/// consumer took it.
+async fn until_marks_taken(server: &Backend) {
+    let start = Instant::now();
+    while raw(server, &["ZCARD", "rmq:marks#t"]).await != redis::Value::Int(0) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "no consumer took the mark"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn wait_for(seen: &Seen, n: usize, within: Duration) {
@@ -209,7 +225,7 @@ async fn a_consumer_with_no_room_hands_the_mark_of_due_work_to_an_idle_one() {
     let due = Duration::from_millis(1_500);
     let sent_at = Instant::now();
     topic.send(Message::new("later").delay(due)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_marks_taken(&server).await;
     // ...then one due now, which it holds: it has no room left.
     topic
         .send(Message::new("now").delay(Duration::ZERO))
@@ -249,7 +265,7 @@ async fn a_consumer_that_stops_hands_back_the_marks_it_holds() {
     let due = Duration::from_millis(1_500);
     let sent_at = Instant::now();
     topic.send(Message::new("later").delay(due)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_marks_taken(&server).await;
     // B starts while A holds the mark, then A stops.
     let stop_b = CancellationToken::new();
     let mut b = holding_consumer(&server, never, stop_b.clone()).await;
@@ -285,10 +301,8 @@ fn a_consumer_that_dies_holding_a_mark_leaves_the_work_to_the_rescans() {
     let sent_at = Instant::now();
     rt.block_on(async {
         topic.send(Message::new("later").delay(due)).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        until_marks_taken(&server).await; // A took it
     });
-    let marks = rt.block_on(raw(&server, &["ZCARD", "rmq:marks#t"]));
-    assert_eq!(marks, redis::Value::Int(0), "A took the mark");
     std::mem::forget(a); // no stop, no hand-back
     doomed.shutdown_background();
     let rescan = Duration::from_secs(1);

@@ -274,6 +274,7 @@ impl Fetcher {
             }
         };
         drop(held);
+        self.take_no_marks();
         tokio::select! {
             () = self.shared.room.notified() => {}
             () = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
@@ -307,6 +308,7 @@ impl Fetcher {
         };
         if granted.tokens == 0 {
             drop(held);
+            self.take_no_marks();
             tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(granted.wait_ms)) => {}
                 () = self.cancel.cancelled() => return None,
@@ -373,16 +375,8 @@ impl Fetcher {
     /// no more marks meanwhile, and due work it took marks for goes back
     /// to the others once it has waited a while. None once cancelled.
     async fn wait_for_room(&self) -> Option<Held> {
-        let since = {
-            // Under the schedule's lock, which the marks waiter holds to
-            // check this and record what it took: a mark it records is
-            // seen below, and one it has not recorded yet goes back.
-            let s = self.shared.lock();
-            if self.shared.marks {
-                self.shared.want_marks.send_replace(0);
-            }
-            s.server_now()
-        };
+        self.take_no_marks();
+        let since = self.shared.lock().server_now();
         loop {
             let hand_back_in = self
                 .shared
@@ -401,6 +395,19 @@ impl Fetcher {
                 }
                 _ = self.cancel.cancelled() => return None,
             }
+        }
+    }
+
+    /// The consumer can serve no more for now (no room, no in-flight
+    /// permit, no rate token): it takes no more marks, and those its waiter
+    /// gets meanwhile go back at once. Under the schedule's lock, which
+    /// the waiter holds to check this and record what it took: a mark it
+    /// recorded is in the schedule (and handed back from there if due), one
+    /// it has not goes back.
+    fn take_no_marks(&self) {
+        if self.shared.marks {
+            let _s = self.shared.lock();
+            self.shared.want_marks.send_replace(0);
         }
     }
 
@@ -603,7 +610,7 @@ impl Fetcher {
                     popped.retry,
                     popped.lease,
                     popped.now,
-                    popped.taken_best,
+                    popped.taken,
                 );
             }
             for msg in popped.messages {

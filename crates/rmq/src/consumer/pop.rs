@@ -95,15 +95,16 @@ pub(crate) struct Popped {
     /// superseded, cancelled): a bounded topic's room comes back for them.
     pub(crate) ended: u64,
     pub(crate) messages: Vec<Received>,
-    /// The best score among the messages taken (None: none taken).
-    pub(crate) taken_best: Option<i64>,
+    /// The lowest and highest score among the messages taken (None: none
+    /// taken).
+    pub(crate) taken: Option<(i64, i64)>,
 }
 
 /// A pop reply made into deliveries of `slot` (a malformed delivery id is
 /// logged and skipped).
 pub(crate) fn parse_pop(spec: &TopicSpec, slot: u32, reply: Value) -> Popped {
     let r = PopReply::parse(reply);
-    let mut taken_best: Option<i64> = None;
+    let mut taken: Option<(i64, i64)> = None;
     let messages = r
         .taken
         .into_iter()
@@ -112,7 +113,9 @@ pub(crate) fn parse_pop(spec: &TopicSpec, slot: u32, reply: Value) -> Popped {
                 tracing::error!(topic = %spec.name, slot, "pop returned a malformed delivery id");
                 return None;
             };
-            taken_best = taken_best.max(Some(d.score));
+            taken = Some(taken.map_or((d.score, d.score), |(low, high)| {
+                (low.min(d.score), high.max(d.score))
+            }));
             let (priority, due_ms) = Received::score_fields(spec.kind, d.score);
             Some(Received {
                 topic: spec.name.clone(),
@@ -138,6 +141,6 @@ pub(crate) fn parse_pop(spec: &TopicSpec, slot: u32, reply: Value) -> Popped {
         lease: r.lease,
         ended: r.ended,
         messages,
-        taken_best,
+        taken,
     }
 }

@@ -44,18 +44,38 @@ struct SlotHint {
     /// The index value of a mark this consumer took and has not popped the
     /// slot for since: the mark is gone from Redis, so this consumer alone
     /// knows of that work, and what it learns of the slot otherwise (a
-    /// rescan, an index read, a look) must not make it forget.
+    /// rescan, an index read, a look) must not make it forget. A pop sent
+    /// after it was taken ends it (the pop marks what it leaves).
     held: Option<i64>,
-    /// Priority topics: the best score the slot's last pop that took
-    /// something took. A mark of a score no better tells of a message
-    /// taken already (marks can reach the consumer long after they were
-    /// taken from Redis): it wakes, but does not rank, the slot.
-    taken: Option<i64>,
+    /// The notice generation at which `held` was last taken.
+    held_at: u64,
+    /// Whether `held`, a priority topic's pending head, ranks the slot by
+    /// its score (not when it told of a message a pop took already).
+    held_ranks: bool,
+    /// Priority topics: the lowest and highest score the slot's last pop
+    /// that took something took. A mark of a score between them told of
+    /// one of those messages (marks can reach the consumer long after they
+    /// were taken from Redis): it wakes the slot, and is held, but does
+    /// not rank it. What a pop leaves behind scores lower, and so does a
+    /// message of the same priority sent later.
+    taken: Option<(i64, i64)>,
+}
+
+/// Whether priority score `score` lies within what a pop took.
+fn was_taken(taken: Option<(i64, i64)>, score: i64) -> bool {
+    taken.is_some_and(|(low, high)| low <= score && score <= high)
 }
 
 /// The `next` of work that is ready whatever the time (a priority topic's
 /// pending messages).
 const READY: i64 = 0;
+
+/// What a mark the slot holds says of it, as [`hint_of`] (no score when
+/// the mark told of a message a pop took already).
+fn held_hint(kind: TopicKind, h: &SlotHint) -> Option<(i64, Option<i64>)> {
+    let (next, best) = hint_of(kind, h.held?);
+    Some((next, best.filter(|_| h.held_ranks)))
+}
 
 /// What an index value (an index entry's, a mark's) says of its slot:
 /// when it may have work, and for a priority topic's pending head its
@@ -196,8 +216,7 @@ impl Schedule {
         let priority = self.kind == TopicKind::Priority;
         let kind = self.kind;
         for h in &mut self.slots {
-            if let Some(v) = h.held {
-                let (next, best) = hint_of(kind, v);
+            if let Some((next, best)) = held_hint(kind, h) {
                 h.next = Some(h.next.map_or(next, |n| n.min(next)));
                 h.best = h.best.max(best);
             }
@@ -252,9 +271,10 @@ impl Schedule {
         self.generation
     }
 
-    /// Records what a pop (sent at notice generation `since`) said about a
-    /// slot. A notice that arrived after the pop was sent is kept, since the
-    /// reply may predate it.
+    /// Records what a look at a slot (a pop that takes nothing, sent at
+    /// notice generation `since`) said about it. A notice that arrived
+    /// after the look was sent is kept, since the reply may predate it; so
+    /// is a mark it holds (a look marks nothing).
     pub(crate) fn after_pop(
         &mut self,
         slot: u32,
@@ -264,14 +284,14 @@ impl Schedule {
         lease: Option<i64>,
         now: i64,
     ) {
-        self.after_pop_taking(slot, since, head, retry, lease, now, None);
+        self.record_reply(slot, since, head, retry, lease, now, None);
     }
 
-    /// [`after_pop`](Self::after_pop) of a pop that took messages, the
-    /// best of them scored `taken_best` (priority topics): a notice of a
-    /// score no better than that told of a message this pop took, and is
-    /// no longer news (marks taken in bulk reach the consumer after its
-    /// pop was sent, yet may be older than it).
+    /// [`after_pop`](Self::after_pop) of a pop that may take (the fetch
+    /// loop's), which took messages scored `taken` (lowest, highest) if
+    /// any: it ends the marks the consumer took before it was sent, since
+    /// it marked what it left; and a notice or mark within `taken` told of
+    /// a message it took, so it no longer ranks the slot.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn after_pop_taking(
         &mut self,
@@ -281,8 +301,26 @@ impl Schedule {
         retry: Option<i64>,
         lease: Option<i64>,
         now: i64,
-        taken_best: Option<i64>,
+        taken: Option<(i64, i64)>,
     ) {
+        self.record_reply(slot, since, head, retry, lease, now, Some(taken));
+    }
+
+    /// What [`after_pop`](Self::after_pop) and
+    /// [`after_pop_taking`](Self::after_pop_taking) do: `popped` is None
+    /// for a look.
+    #[allow(clippy::too_many_arguments)]
+    fn record_reply(
+        &mut self,
+        slot: u32,
+        since: u64,
+        head: Option<i64>,
+        retry: Option<i64>,
+        lease: Option<i64>,
+        now: i64,
+        popped: Option<Option<(i64, i64)>>,
+    ) {
+        let taken = popped.flatten();
         let head_ready = match self.kind {
             TopicKind::Priority => head.map(|_| READY),
             _ => head,
@@ -309,26 +347,24 @@ impl Schedule {
             return;
         };
         let next = if h.noticed > since {
-            let news = h.noticed_best.filter(|&b| taken_best.is_none_or(|t| b > t));
+            let news = h.noticed_best.filter(|&b| !was_taken(taken, b));
             h.best = news.max(best);
             [h.noticed_min, next].into_iter().flatten().min()
         } else {
             h.best = best;
             next
         };
-        // A mark it holds (a look, which pops nothing, does not end it),
-        // unless it told of a message this pop took: a mark taken after
-        // the pop was sent may still be older than it.
-        if let (Some(v), Some(taken)) = (h.held, taken_best) {
-            let told = match hint_of(kind, v) {
-                (_, Some(best)) => best,
-                (at, None) => at,
-            };
-            if told <= taken {
-                h.held = None;
+        if popped.is_some() {
+            if h.held_at <= since {
+                h.held = None; // taken before this pop, which marked what it left
+            } else if let Some((_, Some(score))) = h.held.map(|v| hint_of(kind, v)) {
+                h.held_ranks &= !was_taken(taken, score);
+            }
+            if taken.is_some() {
+                h.taken = taken;
             }
         }
-        let next = match h.held.map(|v| hint_of(kind, v)) {
+        let next = match held_hint(kind, h) {
             Some((held_next, held_best)) => {
                 h.best = h.best.max(held_best);
                 Some(next.map_or(held_next, |n| n.min(held_next)))
@@ -337,9 +373,6 @@ impl Schedule {
         };
         h.noticed_min = None;
         h.noticed_best = None;
-        if taken_best.is_some() {
-            h.taken = taken_best;
-        }
         self.set_next(slot as usize, next);
         self.set_known(slot as usize);
     }
@@ -382,7 +415,6 @@ impl Schedule {
             if let Some(h) = self.slots.get_mut(slot as usize) {
                 h.noticed_min = None;
                 h.noticed_best = None;
-                h.held = None; // the pop marks what it leaves
             }
         }
     }
@@ -394,15 +426,26 @@ impl Schedule {
             return;
         };
         let pending = self.kind == TopicKind::Priority && v <= 0;
-        if pending && h.taken.is_some_and(|t| -v <= t) {
-            self.wake_at(slot, READY); // no news of the best: see `taken`
-            return;
+        let ranks = !(pending && was_taken(h.taken, -v));
+        // One mark per slot: the one that ranks it, else the earliest.
+        let replaces = match h.held {
+            None => true,
+            Some(held) => (ranks && !h.held_ranks) || (ranks == h.held_ranks && v < held),
+        };
+        if replaces {
+            h.held = Some(v);
+            h.held_ranks = ranks;
         }
-        h.held = Some(h.held.map_or(v, |held| held.min(v)));
-        if pending {
+        if pending && ranks {
             self.notify(slot, -v);
+        } else if pending {
+            self.wake_at(slot, READY); // no news of the best: see `taken`
         } else {
             self.wake_at(slot, v);
+        }
+        let generation = self.generation;
+        if let Some(h) = self.slots.get_mut(slot as usize) {
+            h.held_at = generation;
         }
     }
 
@@ -524,13 +567,15 @@ mod tests {
         let since = s.generation();
         s.sending(&[0]);
         s.marked(0, -(7 << 32)); // taken from Redis before the pop ran
-        s.after_pop_taking(0, since, Some(5 << 32), None, None, now, Some(7 << 32));
+        let took = Some((7 << 32, 7 << 32));
+        s.after_pop_taking(0, since, Some(5 << 32), None, None, now, took);
         assert_eq!(s.ready(1, None), vec![1], "6 before 5: the 7 is gone");
         // A better message that came after the pop is news.
         let since = s.generation();
         s.sending(&[0]);
         s.marked(0, -(8 << 32));
-        s.after_pop_taking(0, since, Some(5 << 32), None, None, now, Some(5 << 32));
+        let took = Some((5 << 32, 5 << 32));
+        s.after_pop_taking(0, since, Some(5 << 32), None, None, now, took);
         assert_eq!(s.ready(1, None), vec![0]);
     }
 
@@ -541,11 +586,47 @@ mod tests {
         s.after_pop(1, 0, Some(6 << 32), None, None, now);
         let since = s.generation();
         s.sending(&[0]);
-        s.after_pop_taking(0, since, Some(5 << 32), None, None, now, Some(7 << 32));
+        // The pop took the 7 and left nothing it reports (another
+        // consumer's pop may have taken the rest meanwhile).
+        let took = Some((7 << 32, 7 << 32));
+        s.after_pop_taking(0, since, None, None, None, now, took);
+        assert_eq!(s.ready(2, None), vec![1]);
         s.marked(0, -(7 << 32)); // the send's mark, taken before the pop ran
-        assert_eq!(s.ready(2, None), vec![1, 0], "6 first: slot 0 holds a 5");
+        assert_eq!(s.ready(2, None), vec![1, 0], "woken, ranked after the 6");
+        // What the pop left behind scores lower than what it took: news.
+        s.marked(0, -(5 << 32));
+        assert_eq!(s.ready(2, None), vec![1, 0]);
+        assert_eq!(
+            s.take_due(None),
+            vec![(0, -(5 << 32))],
+            "held, to hand back"
+        );
         s.marked(0, -(9 << 32)); // a better message sent since
         assert_eq!(s.ready(1, None), vec![0]);
+    }
+
+    #[test]
+    fn a_held_mark_outlives_rescans_and_looks_and_ends_with_a_pop() {
+        let mut s = Schedule::with_marks(TopicKind::FixedTime, 4, true);
+        let now = s.server_now();
+        s.marked(2, now + 5_000);
+        s.mark_all();
+        s.apply_index(&[], false, s.generation());
+        assert!(s.ms_until_next(None).is_some_and(|ms| ms > 4_000));
+        s.after_pop(2, s.generation(), None, None, None, now); // a look
+        assert!(s.ms_until_next(None).is_some_and(|ms| ms > 4_000));
+        // A pop sent before the mark was taken does not end it...
+        let since = s.generation();
+        s.sending(&[2]);
+        s.marked(2, now + 4_000);
+        s.after_pop_taking(2, since, None, None, None, now, None);
+        assert!(s.ms_until_next(None).is_some_and(|ms| ms > 3_000));
+        // ...one sent after it does: it marked what it left.
+        let since = s.generation();
+        s.sending(&[2]);
+        s.after_pop_taking(2, since, None, None, None, now, None);
+        assert_eq!(s.ms_until_next(None), None);
+        assert!(s.take_due(None).is_empty());
     }
 
     #[test]
@@ -644,7 +725,7 @@ mod tests {
                 } else {
                     now + 10_000 + r
                 };
-                match step % 7 {
+                match step % 9 {
                     0 => s.notify(slot, t),
                     1 => s.wake_at(slot, t),
                     2 => {
@@ -660,6 +741,10 @@ mod tests {
                         s.apply_index(&[(slot, t), (slot / 2, -t)], false, g);
                     }
                     6 => s.after_pop(slot, 0, None, None, None, now),
+                    7 => s.marked(slot, if kind == TopicKind::Priority { -t } else { t }),
+                    8 => {
+                        let _ = s.take_due(Some(now));
+                    }
                     _ => s.notify(slot, t),
                 }
                 for allowed in [None, Some(&odd)] {
@@ -669,6 +754,10 @@ mod tests {
                 }
                 let unknown = s.slots.iter().filter(|h| h.unknown).count();
                 assert_eq!(s.unknown_count, unknown, "{kind:?} step {step}");
+                assert!(
+                    s.slots.iter().all(|h| h.held.is_none() || h.next.is_some()),
+                    "{kind:?} step {step}: a held mark is known work"
+                );
             }
         }
     }
