@@ -427,15 +427,13 @@ impl Schedule {
         };
         let pending = self.kind == TopicKind::Priority && v <= 0;
         let ranks = !(pending && was_taken(h.taken, -v));
-        // One mark per slot: the one that ranks it, else the earliest.
-        let replaces = match h.held {
-            None => true,
-            Some(held) => (ranks && !h.held_ranks) || (ranks == h.held_ranks && v < held),
-        };
-        if replaces {
-            h.held = Some(v);
-            h.held_ranks = ranks;
-        }
+        // One mark per slot, the last taken: Redis keeps one per slot, so
+        // the later one was written after what the earlier one told of (a
+        // pop that found the slot leased marks the lease's end; keeping an
+        // older mark of its pending head instead would pop it again and
+        // again).
+        h.held = Some(v);
+        h.held_ranks = ranks;
         if pending && ranks {
             self.notify(slot, -v);
         } else if pending {
@@ -603,6 +601,29 @@ mod tests {
         );
         s.marked(0, -(9 << 32)); // a better message sent since
         assert_eq!(s.ready(1, None), vec![0]);
+    }
+
+    #[test]
+    fn a_later_mark_replaces_the_held_one_so_a_leased_slot_is_not_popped_again_and_again() {
+        let mut s = Schedule::with_marks(TopicKind::Priority, 1, true);
+        let now = s.server_now();
+        let until = now + 2_500;
+        // The send's mark comes in while the first pop is on its way...
+        let since = s.generation();
+        s.sending(&[0]);
+        s.marked(0, -(1 << 32));
+        s.after_pop_taking(0, since, None, None, Some(until), now, None);
+        // ...which found the slot leased by a serial owner and marked the
+        // lease's end: that mark comes in while the next pop is on its way.
+        let since = s.generation();
+        s.sending(&[0]);
+        s.marked(0, until);
+        s.after_pop_taking(0, since, None, None, Some(until), now, None);
+        assert!(
+            s.ready(1, None).is_empty(),
+            "nothing to pop before the lease ends"
+        );
+        assert!(s.ms_until_next(None).is_some_and(|ms| ms > 2_000));
     }
 
     #[test]
