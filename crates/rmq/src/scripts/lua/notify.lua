@@ -36,6 +36,20 @@ end
 -- parallel pop that may not take from the slot marks its end.) Written with pcall, as the index.
 local MARKS = IDX and KEYS[12]
 
+-- Sets slot's entry of the index or of the marks (key; nil when the
+-- connection keeps neither) to v, or removes it (v false). With pcall, as
+-- every write to them.
+local function zset_put(key, slot, v)
+  if not key then
+    return
+  end
+  if v then
+    redis.pcall('ZADD', key, fmt(v), slot)
+  else
+    redis.pcall('ZREM', key, slot)
+  end
+end
+
 -- Marks the slot's work at v (lowers an earlier mark; never raises it).
 local function mark_work(slot, v)
   if MARKS then
@@ -47,14 +61,7 @@ end
 -- so that a mark taken later does not tell of a head that pop took (a
 -- priority consumer would otherwise serve a worse message first).
 local function mark_exact(slot, v)
-  if not MARKS then
-    return
-  end
-  if v then
-    redis.pcall('ZADD', MARKS, fmt(v), slot)
-  else
-    redis.pcall('ZREM', MARKS, slot)
-  end
+  zset_put(MARKS, slot, v)
 end
 
 -- The first message in consumption order: member and score, or nil.
@@ -111,14 +118,7 @@ end
 
 -- Sets the slot's index entry to v (false: the slot has nothing).
 local function index_put(slot, v)
-  if not IDX then
-    return
-  end
-  if v then
-    redis.pcall('ZADD', IDX, fmt(v), slot)
-  else
-    redis.pcall('ZREM', IDX, slot)
-  end
+  zset_put(IDX, slot, v)
 end
 
 -- The first score of a zset the caller may not have read (false when it
