@@ -346,3 +346,75 @@ async fn resharding_under_traffic_loses_nothing() {
     let st = topic.stats().await.unwrap().total;
     assert_eq!((st.pending, st.in_flight), (0, 0), "{st:?}");
 }
+
+/// Script calls (EVALSHA, FCALL) served by every node so far.
+fn script_calls(cluster: &RedisCluster) -> u64 {
+    (0..cluster.urls().len())
+        .map(|node| {
+            let stats = cluster.cli(node, &["INFO", "commandstats"]);
+            stats
+                .lines()
+                .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_fcall:"))
+                .filter_map(|l| {
+                    l.split("calls=")
+                        .nth(1)?
+                        .split(',')
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serial_member_renews_its_leases_in_one_call_per_master() {
+    // One member owns all 256 slots of a topic spread over three masters:
+    // each round renews them in one call per master, not one per slot, and
+    // keeps every lease.
+    let cluster = RedisCluster::builder().replicas(0).start();
+    let client = connect(&cluster).await;
+    let lease = Duration::from_millis(2_000);
+    let topic = client
+        .define_topic(TopicSpec::new("t", TopicKind::Priority).slots(256))
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let _member = topic
+        .consumer()
+        .serial("g")
+        .member_timeout(lease)
+        .slot_lease(lease)
+        .rescan(Duration::from_secs(60))
+        .stream(stop.clone());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let epochs = || async {
+        let view = topic.serial_groups().await.unwrap();
+        let owned = view.leases.iter().filter(|l| l.owner.is_some()).count();
+        (
+            owned,
+            view.leases.iter().map(|l| l.epoch).collect::<Vec<u64>>(),
+        )
+    };
+    while epochs().await.0 < 256 {
+        assert!(
+            Instant::now() < deadline,
+            "the member never owned every slot"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before = epochs().await.1;
+    let calls_before = script_calls(&cluster);
+    tokio::time::sleep(lease * 2).await;
+    let idle = script_calls(&cluster) - calls_before;
+    // Eight rounds in 4 s (a round every quarter lease), each a heartbeat
+    // and three renewals; one call per slot would be over 2,000.
+    assert!(idle <= 60, "{idle} script calls in 4 s");
+    assert_eq!(
+        epochs().await.1,
+        before,
+        "every lease renewed, none given up and taken again"
+    );
+    stop.cancel();
+}

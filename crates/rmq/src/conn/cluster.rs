@@ -26,9 +26,10 @@ pub(super) async fn cluster_each(
         let mut conn = conn.clone();
         let (id, cmd) = &calls[i];
         // A memoized call (its answer remembered under its request key)
-        // and a read may run again whatever happened to the first try;
-        // any other only when the reply says it did not run.
-        let rerun_safe = id.memoized() || id.read_only();
+        // and one whose second run is harmless may run again whatever
+        // happened to the first try; any other only when the reply says it
+        // did not run.
+        let rerun_safe = id.memoized() || id.rerun_harmless();
         async move {
             // The client retries redirects and broken connections itself,
             // but in a burst that a failover can outlast.

@@ -18,6 +18,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 mod cluster;
+mod layout;
 mod load;
 mod subscribers;
 
@@ -25,6 +26,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::ScriptId;
 pub(crate) use cluster::retry_through_failover;
 use cluster::{cluster_each, with_request_key};
+pub(crate) use layout::ClusterLayout;
 
 /// A connection to a single node or to a cluster.
 #[derive(Clone)]

@@ -1,22 +1,42 @@
 //! A lease round's calls and how their replies map back to its plans.
 //!
-//! On a single node a round's renewals go in `renew.lua` calls of up to
-//! [`RENEW_CHUNK`] leases (a member renews its leases every tick, so this
-//! is what a group costs Redis while idle; the chunks keep each call
-//! short, so other clients are not held up). Acquires and releases, which
-//! come with changes of owner, stay one `lease.lua` call per slot, as
-//! every call does on a cluster, where one call may touch one hash slot.
+//! A member renews its leases every tick, so how renewals share calls is
+//! what a group costs Redis while idle. On a single node they go in
+//! `renew.lua` calls of up to [`RENEW_CHUNK`] leases; on a cluster in
+//! `renew.lua` calls of up to that many leases that one master serves (as
+//! the cluster's layout says), since a script may reach keys of several
+//! hash slots of its own node only. The chunks keep each call short, so
+//! other clients are not held up. A renewal that found its lease on
+//! another master (the layout changed) is asked again alone. Acquires and
+//! releases, which come with changes of owner, stay one `lease.lua` call
+//! per slot, as every call does when renewals cannot share calls.
+
+use std::collections::HashMap;
 
 use redis::{Cmd, Value};
 
 use super::lease::Plan;
+use crate::conn::ClusterLayout;
+use crate::keys::cluster_hash_slot;
 use crate::scripts::lease::{LeaseAnswer, LeaseOp, LeaseRequest};
-use crate::scripts::renew::{self, RenewRequest};
+use crate::scripts::renew::{self, RenewRequest, Renewal};
 use crate::scripts::ScriptId;
 use crate::topic::Topic;
 
 /// Leases renewed by one `renew.lua` call at most.
 pub(crate) const RENEW_CHUNK: usize = 1_024;
+
+/// How a round's renewals share calls.
+#[derive(Clone, Copy)]
+pub(crate) enum Sharing<'a> {
+    /// Not at all: one `lease.lua` call per slot.
+    None,
+    /// A single node: chunks of every renewal, all keys declared.
+    OneNode,
+    /// A cluster: chunks of the renewals that one master serves, as this
+    /// layout says (a lease of a hash slot nobody serves goes alone).
+    PerMaster(&'a ClusterLayout),
+}
 
 /// Where a plan's answer is in the replies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,34 +58,54 @@ pub(crate) struct LeaseCalls {
     pub(crate) calls: Vec<(ScriptId, Cmd)>,
     sources: Vec<Source>,
     batches: Vec<Batch>,
+    /// A cluster: a renewal whose shared call failed is asked again alone.
+    on_cluster: bool,
+}
+
+/// The plans' answers, and the plans to ask again one call per slot.
+pub(crate) struct Answers {
+    /// Each plan's answer (None: its call failed), in the plans' order.
+    pub(crate) each: Vec<Option<LeaseAnswer>>,
+    /// Positions of renewals not done: their lease was on another master,
+    /// or their shared call failed on a cluster.
+    pub(crate) again: Vec<usize>,
 }
 
 impl LeaseCalls {
-    /// The calls for `plans`; `batch_renewals`: renewals may share calls
-    /// (a single node only).
+    /// The calls for `plans`, renewals sharing calls as `sharing` says.
     pub(crate) fn new(
         topic: &Topic,
         plans: &[(u32, Plan)],
         member: &str,
         ttl_ms: u64,
-        batch_renewals: bool,
+        sharing: Sharing<'_>,
     ) -> LeaseCalls {
         let mut calls = Vec::with_capacity(plans.len());
-        let mut sources = Vec::with_capacity(plans.len());
-        let mut renewals: Vec<(String, u64)> = Vec::new();
-        for &(slot, plan) in plans {
-            if let (Plan::Renew(epoch), true) = (plan, batch_renewals) {
-                let n = renewals.len();
-                sources.push(Source::Batched(n / RENEW_CHUNK, n % RENEW_CHUNK));
-                renewals.push((lease_key(topic, slot), epoch));
-                continue;
+        let mut sources = vec![Source::Own(0); plans.len()];
+        // Renewals that share calls, by group (one group on a single node,
+        // one per master on a cluster): plan position, lease key, epoch.
+        let mut groups: HashMap<u16, Vec<(usize, String, u64)>> = HashMap::new();
+        for (i, &(slot, plan)) in plans.iter().enumerate() {
+            if let Plan::Renew(epoch) = plan {
+                let lease = lease_key(topic, slot);
+                let group = match sharing {
+                    Sharing::None => None,
+                    Sharing::OneNode => Some(0),
+                    Sharing::PerMaster(layout) => {
+                        layout.master_of(cluster_hash_slot(lease.as_bytes()))
+                    }
+                };
+                if let Some(g) = group {
+                    groups.entry(g).or_default().push((i, lease, epoch));
+                    continue;
+                }
             }
             let (op, epoch) = match plan {
                 Plan::Acquire => (LeaseOp::Acquire, 0),
                 Plan::Renew(e) => (LeaseOp::Renew, e),
                 Plan::Release(e) => (LeaseOp::Release, e),
             };
-            sources.push(Source::Own(calls.len()));
+            sources[i] = Source::Own(calls.len());
             calls.push(
                 LeaseRequest {
                     keys: &topic.slot_keys(slot),
@@ -77,15 +117,24 @@ impl LeaseCalls {
                 .call(),
             );
         }
+        let on_cluster = matches!(sharing, Sharing::PerMaster(_));
+        let mut groups: Vec<_> = groups.into_values().collect();
+        groups.sort_by_key(|g| g.first().map(|(i, ..)| *i));
         let mut batches = Vec::new();
-        for chunk in renewals.chunks(RENEW_CHUNK) {
-            let (leases, epochs): (Vec<String>, Vec<u64>) = chunk.iter().cloned().unzip();
+        for chunk in groups.iter().flat_map(|g| g.chunks(RENEW_CHUNK)) {
+            let b = batches.len();
+            for (p, (i, ..)) in chunk.iter().enumerate() {
+                sources[*i] = Source::Batched(b, p);
+            }
+            let leases = chunk.iter().map(|(_, l, _)| l.clone()).collect();
+            let epochs: Vec<u64> = chunk.iter().map(|(.., e)| *e).collect();
             calls.push(
                 RenewRequest {
                     leases,
                     epochs: &epochs,
                     owner: member,
                     ttl_ms,
+                    on_cluster,
                 }
                 .call(),
             );
@@ -98,10 +147,11 @@ impl LeaseCalls {
             calls,
             sources,
             batches,
+            on_cluster,
         }
     }
 
-    /// The error of a batched renewal that failed as a whole (e.g.
+    /// The error of a shared renewal that failed as a whole (e.g.
     /// CROSSSLOT from a server in cluster mode reached as a single node,
     /// or a lease key of a foreign type), if one did.
     pub(crate) fn batch_error<'r>(
@@ -113,24 +163,37 @@ impl LeaseCalls {
             .find_map(|b| replies.get(b.call).and_then(|r| r.as_ref().err()))
     }
 
-    /// Each plan's answer (None: its call failed), in the plans' order.
-    pub(crate) fn answers(&self, replies: Vec<crate::Result<Value>>) -> Vec<Option<LeaseAnswer>> {
+    /// Each plan's answer, and which renewals to ask again alone.
+    pub(crate) fn answers(&self, replies: Vec<crate::Result<Value>>) -> Answers {
         let mut replies: Vec<Option<Value>> = replies.into_iter().map(Result::ok).collect();
-        let batched: Vec<Vec<Option<LeaseAnswer>>> = self
+        let batched: Vec<Option<Vec<Renewal>>> = self
             .batches
             .iter()
             .map(|b| renew::answers(replies.get_mut(b.call).and_then(Option::take), &b.epochs))
             .collect();
-        self.sources
-            .iter()
-            .map(|s| match *s {
-                Source::Own(i) => replies
-                    .get_mut(i)
+        let mut again = Vec::new();
+        let each = (self.sources.iter().enumerate())
+            .map(|(i, s)| match *s {
+                Source::Own(c) => replies
+                    .get_mut(c)
                     .and_then(Option::take)
                     .map(LeaseAnswer::of),
-                Source::Batched(b, p) => batched.get(b).and_then(|a| a.get(p)).cloned().flatten(),
+                Source::Batched(b, p) => match batched.get(b).map(|a| a.as_ref().map(|a| a.get(p)))
+                {
+                    Some(Some(Some(Renewal::Answered(a)))) => Some(a.clone()),
+                    Some(Some(Some(Renewal::Elsewhere))) => {
+                        again.push(i);
+                        None
+                    }
+                    _ if self.on_cluster => {
+                        again.push(i);
+                        None
+                    }
+                    _ => None,
+                },
             })
-            .collect()
+            .collect();
+        Answers { each, again }
     }
 }
 
@@ -138,4 +201,64 @@ impl LeaseCalls {
 fn lease_key(topic: &Topic, slot: u32) -> String {
     let [.., lease] = topic.slot_keys(slot);
     lease
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Calls as `new` lays them out for: an acquire of its own (call 0),
+    /// then two shared renewals of two leases each (calls 1 and 2).
+    fn laid_out(on_cluster: bool) -> LeaseCalls {
+        LeaseCalls {
+            calls: Vec::new(),
+            sources: vec![
+                Source::Own(0),
+                Source::Batched(0, 0),
+                Source::Batched(0, 1),
+                Source::Batched(1, 0),
+                Source::Batched(1, 1),
+            ],
+            batches: vec![
+                Batch {
+                    call: 1,
+                    epochs: vec![3, 4],
+                },
+                Batch {
+                    call: 2,
+                    epochs: vec![5, 6],
+                },
+            ],
+            on_cluster,
+        }
+    }
+
+    fn replies() -> Vec<crate::Result<Value>> {
+        let ints = |v: &[i64]| Value::Array(v.iter().map(|&n| Value::Int(n)).collect());
+        vec![
+            Ok(ints(&[1, 9])),
+            // Renewed, then found on another master.
+            Ok(ints(&[100, 200, 1, 2])),
+            Err(crate::Error::new(
+                crate::ErrorKind::Redis,
+                "the call failed",
+            )),
+        ]
+    }
+
+    #[test]
+    fn on_a_cluster_renewals_found_elsewhere_or_in_a_failed_call_are_asked_again() {
+        let Answers { each, again } = laid_out(true).answers(replies());
+        let codes: Vec<Option<i64>> = each.iter().map(|a| a.as_ref()?.code).collect();
+        assert_eq!(codes, [Some(1), Some(1), None, None, None]);
+        assert_eq!(each[1].as_ref().and_then(|a| a.epoch), Some(3));
+        assert_eq!(again, [2, 3, 4], "elsewhere, then both of the failed call");
+    }
+
+    #[test]
+    fn on_one_node_a_failed_call_fails_its_renewals() {
+        let Answers { each, again } = laid_out(false).answers(replies());
+        assert!(each[3].is_none() && each[4].is_none());
+        assert_eq!(again, [2], "only the one answered elsewhere");
+    }
 }

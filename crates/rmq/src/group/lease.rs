@@ -17,9 +17,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::calls::LeaseCalls;
+use redis::{Cmd, Value};
+
+use super::calls::{Answers, LeaseCalls, Sharing};
 use super::{assign, Fence, Membership, SerialConfig, SlotEvents};
+use crate::conn::ClusterLayout;
 use crate::scripts::lease::LeaseAnswer;
+use crate::scripts::ScriptId;
 use crate::topic::Topic;
 
 /// One owned slot.
@@ -264,6 +268,7 @@ pub(crate) async fn keep_leases(
         member,
         failing_since: Mutex::new(None),
         batch_renewals: AtomicBool::new(!topic.redis().is_cluster()),
+        layout: Mutex::new(None),
         topic,
         cfg,
     };
@@ -323,8 +328,10 @@ struct Keeper {
     cfg: SerialConfig,
     /// Since when heartbeats fail (None: they work).
     failing_since: Mutex<Option<Instant>>,
-    /// Renewals share calls (a single node, until one such call failed).
+    /// Renewals share calls on a single node (until one such call failed).
     batch_renewals: AtomicBool,
+    /// A cluster's layout, as last asked (None: ask at the next round).
+    layout: Mutex<Option<Arc<ClusterLayout>>>,
 }
 
 impl Keeper {
@@ -373,27 +380,24 @@ impl Keeper {
             refused: wanted,
         };
         let sent_at = Instant::now();
+        let deadline = sent_at + call_limit;
+        let layout = self.layout(heartbeat_limit).await;
         let (lease_calls, replies) = loop {
-            let batched = self.batch_renewals.load(Ordering::Relaxed);
-            let mut lease_calls = LeaseCalls::new(topic, &plans, &self.member, ttl_ms, batched);
+            let sharing = match (&layout, self.batch_renewals.load(Ordering::Relaxed)) {
+                (Some(layout), _) => Sharing::PerMaster(layout),
+                (None, true) => Sharing::OneNode,
+                (None, false) => Sharing::None,
+            };
+            let mut lease_calls = LeaseCalls::new(topic, &plans, &self.member, ttl_ms, sharing);
             let calls = std::mem::take(&mut lease_calls.calls);
-            let limit = call_limit.saturating_sub(sent_at.elapsed());
-            let replies = match tokio::time::timeout(limit, topic.redis().run(calls)).await {
-                Ok(Ok(replies)) => replies,
-                Ok(Err(e)) => {
-                    tracing::warn!(topic = %topic.name(), "renewing slot leases failed: {e}");
-                    return failed;
-                }
-                Err(_) => {
-                    tracing::warn!(topic = %topic.name(), "renewing slot leases timed out");
-                    return failed;
-                }
+            let Some(replies) = self.send(calls, deadline).await else {
+                return failed;
             };
             match lease_calls.batch_error(&replies) {
                 // Asked again at once, one call per slot (an acquire sent
                 // twice only takes a newer epoch; a release sent twice is
                 // refused the second time, and the slot is gone either way).
-                Some(e) if batched => {
+                Some(e) if matches!(sharing, Sharing::OneNode) => {
                     tracing::warn!(topic = %topic.name(),
                         "renewing slot leases in one call failed ({e}): renewing them one call \
                          per slot from now on");
@@ -402,12 +406,84 @@ impl Keeper {
                 _ => break (lease_calls, replies),
             }
         };
+        let Answers { mut each, again } = lease_calls.answers(replies);
+        if !again.is_empty() {
+            // The cluster's layout changed (or a master failed the shared
+            // call): renew those leases one call per slot, each following
+            // its redirect, and ask for the layout again next round.
+            tracing::debug!(topic = %topic.name(), leases = again.len(),
+                "renewals not done where the cluster layout said: asking again one per slot");
+            *self.layout.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            let retry: Vec<(u32, Plan)> = again.iter().map(|&i| plans[i]).collect();
+            let mut retry_calls =
+                LeaseCalls::new(topic, &retry, &self.member, ttl_ms, Sharing::None);
+            let calls = std::mem::take(&mut retry_calls.calls);
+            if let Some(replies) = self.send(calls, deadline).await {
+                for (&i, answer) in again.iter().zip(retry_calls.answers(replies).each) {
+                    each[i] = answer;
+                }
+            }
+        }
         let mut o = self.own.lock().unwrap_or_else(|p| p.into_inner());
-        let answers = lease_calls.answers(replies);
-        let acquired = apply(&mut o, plans, answers, sent_at + lease_ttl - margin);
+        let acquired = apply(&mut o, plans, each, sent_at + lease_ttl - margin);
         Round {
             refused: wanted - acquired.len(),
             acquired,
+        }
+    }
+
+    /// Sends one pipeline of lease calls, answered by `deadline` (None: it
+    /// failed or timed out, which is logged).
+    async fn send(
+        &self,
+        calls: Vec<(ScriptId, Cmd)>,
+        deadline: Instant,
+    ) -> Option<Vec<crate::Result<Value>>> {
+        let topic = &self.topic;
+        let limit = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(limit, topic.redis().run(calls)).await {
+            Ok(Ok(replies)) => Some(replies),
+            Ok(Err(e)) => {
+                tracing::warn!(topic = %topic.name(), "renewing slot leases failed: {e}");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(topic = %topic.name(), "renewing slot leases timed out");
+                None
+            }
+        }
+    }
+
+    /// On a cluster, which master serves each hash slot, as last asked
+    /// (asked again when a renewal found its lease elsewhere). None on a
+    /// single node, or when the cluster did not answer within `limit`
+    /// (this round's renewals then go one call per slot).
+    async fn layout(&self, limit: Duration) -> Option<Arc<ClusterLayout>> {
+        if !self.topic.redis().is_cluster() {
+            return None;
+        }
+        if let Some(known) = self
+            .layout
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return Some(known);
+        }
+        match tokio::time::timeout(limit, self.topic.redis().cluster_layout()).await {
+            Ok(Ok(layout)) => {
+                let layout = Arc::new(layout);
+                *self.layout.lock().unwrap_or_else(|p| p.into_inner()) = Some(layout.clone());
+                Some(layout)
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(topic = %self.topic.name(), "reading the cluster layout failed: {e}");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(topic = %self.topic.name(), "reading the cluster layout timed out");
+                None
+            }
         }
     }
 }

@@ -4,7 +4,10 @@
 //! header. Slot scripts name the shared helpers they use on an `-- Includes:`
 //! line (`layout`, `records`, `notify`, `lifecycle`, `fence`), which are
 //! put before the body at build time (Lua has no includes), and
-//! open with a `#!lua` line, so Redis refuses any key they did not declare.
+//! open with a `#!lua` line, so a cluster refuses any key outside the hash
+//! slot of the keys they declare. One script is flagged
+//! `allow-cross-slot-keys`: `renew.lua` renews one member's leases on one
+//! master in one call (its header says how it stays safe).
 //! [`Redis::run`](crate::conn::Redis::run) loads scripts on NOSCRIPT (after
 //! a restart, a failover or `SCRIPT FLUSH`) and retries, also in pipelines.
 
@@ -136,7 +139,12 @@ impl ScriptId {
             ScriptId::DefineTopic => ("#!lua", include_str!("lua/define_topic.lua")),
             // Renewing and releasing leases must work at maxmemory.
             ScriptId::Lease => ("#!lua flags=allow-oom", include_str!("lua/lease.lua")),
-            ScriptId::Renew => ("#!lua flags=allow-oom", include_str!("lua/renew.lua")),
+            // On a cluster it reaches the leases of several hash slots of
+            // its own master, declaring one (see renew.lua).
+            ScriptId::Renew => (
+                "#!lua flags=allow-oom,allow-cross-slot-keys",
+                include_str!("lua/renew.lua"),
+            ),
             ScriptId::Membership => ("#!lua flags=allow-oom", include_str!("lua/membership.lua")),
             ScriptId::Get => ("#!lua flags=no-writes", include_str!("lua/get.lua")),
             // Cancelling frees memory; pausing is what an operator does when
@@ -214,8 +222,9 @@ impl ScriptId {
     }
 
     /// Whether the script writes nothing, or only what a second run
-    /// writes the same (a second run is harmless).
-    pub(crate) fn read_only(self) -> bool {
+    /// writes the same (a second run is harmless): a renewal run twice
+    /// extends the same leases of the same epochs twice.
+    pub(crate) fn rerun_harmless(self) -> bool {
         matches!(
             self,
             ScriptId::Stats
@@ -225,6 +234,7 @@ impl ScriptId {
                 | ScriptId::Membership
                 | ScriptId::Get
                 | ScriptId::Heads
+                | ScriptId::Renew
         )
     }
 
