@@ -1,8 +1,9 @@
 //! Every Redis key and channel name rmq uses, built in one place.
 //!
 //! All keys of one slot share one hash tag, so one script can touch all of
-//! them on one Redis Cluster node and no script ever spans two cluster
-//! slots. The tag is not the slot's name but a short string picked from a
+//! them on one Redis Cluster node, and every script but the lease renewal
+//! (`renew.lua`, flagged to reach several hash slots of its own master)
+//! keeps to one cluster slot. The tag is not the slot's name but a short string picked from a
 //! fixed table so that the slots of a topic land on evenly spaced Redis
 //! Cluster hash slots: slot `i` of `n` goes to hash slot
 //! `(offset(topic) + i * 16384 / n) mod 16384`. Masters own contiguous

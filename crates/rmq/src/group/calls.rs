@@ -69,12 +69,25 @@ pub(crate) struct Answers {
     /// Positions of renewals not done: their lease was on another master,
     /// or their shared call failed on a cluster.
     pub(crate) again: Vec<usize>,
+    /// Some lease was not where the cluster's layout said.
+    pub(crate) moved: bool,
 }
 
 impl LeaseCalls {
     /// The calls for `plans`, renewals sharing calls as `sharing` says.
     pub(crate) fn new(
         topic: &Topic,
+        plans: &[(u32, Plan)],
+        member: &str,
+        ttl_ms: u64,
+        sharing: Sharing<'_>,
+    ) -> LeaseCalls {
+        Self::of_keys(|slot| topic.slot_keys(slot), plans, member, ttl_ms, sharing)
+    }
+
+    /// [`new`](Self::new) with each slot's keys from `slot_keys`.
+    fn of_keys(
+        slot_keys: impl Fn(u32) -> [String; 10],
         plans: &[(u32, Plan)],
         member: &str,
         ttl_ms: u64,
@@ -87,7 +100,7 @@ impl LeaseCalls {
         let mut groups: HashMap<u16, Vec<(usize, String, u64)>> = HashMap::new();
         for (i, &(slot, plan)) in plans.iter().enumerate() {
             if let Plan::Renew(epoch) = plan {
-                let lease = lease_key(topic, slot);
+                let [.., lease] = slot_keys(slot);
                 let group = match sharing {
                     Sharing::None => None,
                     Sharing::OneNode => Some(0),
@@ -108,7 +121,7 @@ impl LeaseCalls {
             sources[i] = Source::Own(calls.len());
             calls.push(
                 LeaseRequest {
-                    keys: &topic.slot_keys(slot),
+                    keys: &slot_keys(slot),
                     op,
                     owner: member,
                     epoch,
@@ -171,7 +184,7 @@ impl LeaseCalls {
             .iter()
             .map(|b| renew::answers(replies.get_mut(b.call).and_then(Option::take), &b.epochs))
             .collect();
-        let mut again = Vec::new();
+        let (mut again, mut moved) = (Vec::new(), false);
         let each = (self.sources.iter().enumerate())
             .map(|(i, s)| match *s {
                 Source::Own(c) => replies
@@ -183,6 +196,7 @@ impl LeaseCalls {
                     Some(Some(Some(Renewal::Answered(a)))) => Some(a.clone()),
                     Some(Some(Some(Renewal::Elsewhere))) => {
                         again.push(i);
+                        moved = true;
                         None
                     }
                     _ if self.on_cluster => {
@@ -193,14 +207,8 @@ impl LeaseCalls {
                 },
             })
             .collect();
-        Answers { each, again }
+        Answers { each, again, moved }
     }
-}
-
-/// A slot's lease key (the last of its ten keys).
-fn lease_key(topic: &Topic, slot: u32) -> String {
-    let [.., lease] = topic.slot_keys(slot);
-    lease
 }
 
 #[cfg(test)]
@@ -248,7 +256,8 @@ mod tests {
 
     #[test]
     fn on_a_cluster_renewals_found_elsewhere_or_in_a_failed_call_are_asked_again() {
-        let Answers { each, again } = laid_out(true).answers(replies());
+        let Answers { each, again, moved } = laid_out(true).answers(replies());
+        assert!(moved);
         let codes: Vec<Option<i64>> = each.iter().map(|a| a.as_ref()?.code).collect();
         assert_eq!(codes, [Some(1), Some(1), None, None, None]);
         assert_eq!(each[1].as_ref().and_then(|a| a.epoch), Some(3));
@@ -257,8 +266,99 @@ mod tests {
 
     #[test]
     fn on_one_node_a_failed_call_fails_its_renewals() {
-        let Answers { each, again } = laid_out(false).answers(replies());
+        let Answers { each, again, .. } = laid_out(false).answers(replies());
         assert!(each[3].is_none() && each[4].is_none());
         assert_eq!(again, [2], "only the one answered elsewhere");
+    }
+
+    /// Slot `s`'s ten keys, under a hash tag of its own, the lease last.
+    fn keys_of(slot: u32) -> [String; 10] {
+        std::array::from_fn(|k| format!("{{t{slot}}}:{k}"))
+    }
+
+    /// Hash slots 0..8192 on one master, 8192..16000 on another, the rest
+    /// served by nobody.
+    fn two_masters() -> ClusterLayout {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let entry = |a: i64, b: i64, id: &str| {
+            Value::Array(vec![
+                Value::Int(a),
+                Value::Int(b),
+                Value::Array(vec![bulk("127.0.0.1"), Value::Int(7000), bulk(id)]),
+            ])
+        };
+        let reply = Value::Array(vec![entry(0, 8191, "a"), entry(8192, 15_999, "b")]);
+        ClusterLayout::of_reply(&reply).unwrap()
+    }
+
+    #[test]
+    fn per_master_renewals_go_in_chunks_of_one_master_and_each_answer_finds_its_slot() {
+        let layout = two_masters();
+        let master = |slot: u32| {
+            let [.., lease] = keys_of(slot);
+            layout.master_of(cluster_hash_slot(lease.as_bytes()))
+        };
+        // 3,000 renewals (epoch = slot), an acquire and a release.
+        let mut plans: Vec<(u32, Plan)> =
+            (0..3_000).map(|s| (s, Plan::Renew(u64::from(s)))).collect();
+        plans.push((3_000, Plan::Acquire));
+        plans.push((3_001, Plan::Release(9)));
+        let calls = LeaseCalls::of_keys(keys_of, &plans, "me", 1_000, Sharing::PerMaster(&layout));
+        let on = |m: Option<u16>| (0..3_000).filter(|&s| master(s) == m).count();
+        let (a, b, nobody) = (on(Some(0)), on(Some(1)), on(None));
+        assert!(
+            a > RENEW_CHUNK && b > RENEW_CHUNK && nobody > 0,
+            "{a} {b} {nobody}"
+        );
+        let renew_calls = calls
+            .calls
+            .iter()
+            .filter(|(id, _)| *id == ScriptId::Renew)
+            .count();
+        assert_eq!(
+            renew_calls,
+            a.div_ceil(RENEW_CHUNK) + b.div_ceil(RENEW_CHUNK)
+        );
+        assert_eq!(
+            calls.calls.len(),
+            renew_calls + nobody + 2,
+            "the rest go alone"
+        );
+        for batch in &calls.batches {
+            let masters: std::collections::HashSet<_> =
+                batch.epochs.iter().map(|&e| master(e as u32)).collect();
+            assert_eq!(masters.len(), 1, "one master per call");
+            assert!(batch.epochs.len() <= RENEW_CHUNK);
+        }
+        // Replies: a shared call renews even slots and refuses odd ones; a
+        // call of its own is granted at epoch 777.
+        let mut replies: Vec<crate::Result<Value>> = (0..calls.calls.len())
+            .map(|_| Ok(Value::Array(vec![Value::Int(1), Value::Int(777)])))
+            .collect();
+        for batch in &calls.batches {
+            let mut codes = vec![Value::Int(0), Value::Int(0)];
+            codes.extend(
+                batch
+                    .epochs
+                    .iter()
+                    .map(|e| Value::Int(i64::from(e % 2 == 0))),
+            );
+            replies[batch.call] = Ok(Value::Array(codes));
+        }
+        let Answers { each, again, moved } = calls.answers(replies);
+        assert!(again.is_empty() && !moved);
+        for (&(slot, plan), answer) in plans.iter().zip(&each) {
+            let answer = answer.as_ref().unwrap();
+            match (plan, master(slot)) {
+                (Plan::Renew(_), Some(_)) if slot % 2 == 0 => {
+                    assert_eq!(
+                        (answer.code, answer.epoch),
+                        (Some(1), Some(u64::from(slot)))
+                    )
+                }
+                (Plan::Renew(_), Some(_)) => assert_eq!(answer.code, Some(0), "slot {slot}"),
+                _ => assert_eq!((answer.code, answer.epoch), (Some(1), Some(777))),
+            }
+        }
     }
 }

@@ -3,7 +3,9 @@
 //! Every tick it sends a heartbeat, computes the slots this member should
 //! own, and in one pipeline acquires the missing ones, renews the owned
 //! ones and releases the ones it should give up (only once nothing of the
-//! slot is in flight here, so a handover never overlaps two handlers).
+//! slot is in flight here, so a handover never overlaps two handlers); on
+//! a cluster, renewals that found their lease on another master than the
+//! layout said go again in a second pipeline, one call per slot.
 //! A lease that could not be renewed in time is dropped locally before it
 //! expires in Redis, and the handlers of that slot are cancelled; the new
 //! owner can take the slot only after the old lease has expired (or was
@@ -336,7 +338,8 @@ struct Keeper {
 
 impl Keeper {
     /// One heartbeat, then one pipeline of lease calls as `plan` decides
-    /// and `apply` records. (`leaving`: give every slot up and leave the
+    /// (and on a cluster, a second one for renewals found elsewhere) and
+    /// `apply` records. (`leaving`: give every slot up and leave the
     /// group.)
     async fn round(&self, leaving: bool) -> Round {
         let (topic, lease_ttl) = (&self.topic, self.cfg.lease_ttl);
@@ -379,9 +382,10 @@ impl Keeper {
             acquired: Vec::new(),
             refused: wanted,
         };
+        // (Read before the clock starts: the calls keep their whole share.)
+        let layout = self.layout(heartbeat_limit).await;
         let sent_at = Instant::now();
         let deadline = sent_at + call_limit;
-        let layout = self.layout(heartbeat_limit).await;
         let (lease_calls, replies) = loop {
             let sharing = match (&layout, self.batch_renewals.load(Ordering::Relaxed)) {
                 (Some(layout), _) => Sharing::PerMaster(layout),
@@ -406,14 +410,20 @@ impl Keeper {
                 _ => break (lease_calls, replies),
             }
         };
-        let Answers { mut each, again } = lease_calls.answers(replies);
+        let Answers {
+            mut each,
+            again,
+            moved,
+        } = lease_calls.answers(replies);
+        if moved {
+            // The cluster's layout changed: ask for it again next round.
+            *self.layout.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
         if !again.is_empty() {
-            // The cluster's layout changed (or a master failed the shared
-            // call): renew those leases one call per slot, each following
-            // its redirect, and ask for the layout again next round.
+            // Renew those leases (found elsewhere, or in a shared call that
+            // failed) one call per slot, each following its redirect.
             tracing::debug!(topic = %topic.name(), leases = again.len(),
                 "renewals not done where the cluster layout said: asking again one per slot");
-            *self.layout.lock().unwrap_or_else(|p| p.into_inner()) = None;
             let retry: Vec<(u32, Plan)> = again.iter().map(|&i| plans[i]).collect();
             let mut retry_calls =
                 LeaseCalls::new(topic, &retry, &self.member, ttl_ms, Sharing::None);

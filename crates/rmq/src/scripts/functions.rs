@@ -44,7 +44,11 @@ pub(crate) fn library() -> &'static Library {
             let code = super::text(id);
             body_parts.push((id, flags, code));
         }
-        let all: String = body_parts.iter().map(|(_, _, c)| c.as_str()).collect();
+        // Flags too: a library that differs only in a flag is another one.
+        let all: String = body_parts
+            .iter()
+            .map(|(_, flags, code)| format!("{}\n{code}", flags.join(",")))
+            .collect();
         let hash = redis::Script::new(&all).get_hash()[..10].to_string();
         let name = format!("rmq_{hash}");
         let mut code = format!("#!lua name={name}\n");
@@ -93,6 +97,10 @@ mod tests {
         assert!(lib.code.contains(&format!(
             "function_name='{}', flags={{}}",
             lib.function(ScriptId::Send)
+        )));
+        assert!(lib.code.contains(&format!(
+            "function_name='{}', flags={{'allow-oom','allow-cross-slot-keys'}}",
+            lib.function(ScriptId::Renew)
         )));
     }
 

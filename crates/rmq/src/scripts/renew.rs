@@ -184,8 +184,11 @@ mod tests {
             .start();
         let first = "{k0}:l".to_string();
         let mut leases = vec![first.clone()];
-        leases.extend(keys_where(&cluster, &first, true, 2));
+        leases.extend(keys_where(&cluster, &first, true, 3));
         leases.extend(keys_where(&cluster, &first, false, 1));
+        // Three of this master, one of another, then one of this master
+        // that is never written (a missing lease).
+        leases.swap(3, 4);
         let urls = cluster.urls();
         let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
         let client = crate::Client::connect_cluster(&seeds, crate::ClientOptions::default())
@@ -209,14 +212,14 @@ mod tests {
         }
         let request = RenewRequest {
             leases: leases.clone(),
-            epochs: &[7, 7, 7, 7],
+            epochs: &[7, 7, 7, 7, 7],
             owner: "me",
             ttl_ms: 60_000,
             on_cluster: true,
         };
         let (id, cmd) = request.call();
         let reply = redis.run_one(id, cmd).await.unwrap();
-        let got: Vec<Option<i64>> = answers(Some(reply), &[7, 7, 7, 7])
+        let got: Vec<Option<i64>> = answers(Some(reply), &[7, 7, 7, 7, 7])
             .unwrap()
             .into_iter()
             .map(|r| match r {
@@ -226,8 +229,8 @@ mod tests {
             .collect();
         assert_eq!(
             got,
-            [Some(1), Some(1), Some(0), None],
-            "renewed, renewed, another owner's, on another master"
+            [Some(1), Some(1), Some(0), None, None],
+            "renewed, renewed, another owner's, on another master, missing"
         );
         let until = |lease: &String| {
             let mut hget = redis::cmd("HGET");

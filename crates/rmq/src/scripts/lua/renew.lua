@@ -3,9 +3,10 @@
 -- call declares one lease, which routes it to the master serving that
 -- lease, and names the others this master serves in ARGV (the script's
 -- allow-cross-slot-keys flag lets it reach keys of other hash slots on
--- its own node). A lease not on this node (the client's view of the
--- cluster was stale, or its hash slot is moving) answers 2: the client
--- renews it alone, through lease.lua, which follows the redirect.
+-- its own node). An undeclared lease not on this node (the client's view
+-- of the cluster was stale, or its hash slot is moving) or missing answers
+-- 2: the client renews it alone, through lease.lua, which follows the
+-- redirect and gives the real answer.
 --
 -- KEYS[1] leases: each slot's lease hash (l in layout.lua), one key per slot (KEYS[1..n])
 -- ARGV[1] owner: the member id   ARGV[2] ttl_ms: how long the leases last
@@ -16,7 +17,7 @@
 -- the epoch is unchanged). It never creates a key. Every key's type is
 -- checked before any write.
 -- Returns: { now, until ms, code per lease... } code 1 renewed, 0 refused,
--- 2 not on this node (not renewed)
+-- 2 not found on this node (not renewed)
 
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local leases = {}
@@ -42,7 +43,10 @@ for i = 1, #leases do
     if t ~= 'none' and t ~= 'hash' then
       return redis.error_reply('RMQ_WRONGTYPE ' .. leases[i] .. ' holds a ' .. t .. ', expected a hash')
     end
-    here[i] = true
+    -- A lease hash is never deleted, so an undeclared one that is missing
+    -- is elsewhere too: a call that followed an ASK redirect may read
+    -- every key of the hash slot being imported, moved yet or not.
+    here[i] = t == 'hash' or i <= #KEYS
   elseif i <= #KEYS then
     return t
   end
