@@ -214,7 +214,7 @@ impl Client {
     /// persisted like data. Needs the `FUNCTION LOAD` right.
     pub async fn load_functions(&self) -> Result<String> {
         let lib = crate::scripts::functions::library();
-        let mut conn = self.inner.ctx.redis.conn.clone();
+        let mut conn = self.inner.ctx.redis.conn();
         let _: Value = redis::cmd("FUNCTION")
             .arg("LOAD")
             .arg("REPLACE")

@@ -137,11 +137,8 @@ pub(super) async fn on_every_master(
     redis: &Redis,
     cmd: redis::Cmd,
 ) -> redis::RedisResult<Vec<Value>> {
-    match &redis.conn {
-        Conn::Single(_) => {
-            let mut conn = redis.conn.clone();
-            Ok(vec![cmd.query_async::<Value>(&mut conn).await?])
-        }
+    match redis.conn() {
+        Conn::Single(mut conn) => Ok(vec![cmd.query_async::<Value>(&mut conn).await?]),
         Conn::Cluster(c) => {
             use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
             // Reads only: ride out a failover as `Redis::query` does.

@@ -14,16 +14,20 @@ use crate::scripts::ScriptId;
 /// Each call as its own command (or call + WAIT pipeline, routed by the
 /// call's key), all concurrently, each riding out a failover for up to
 /// `window`.
+/// `conn` gives the connection for each try (a stuck one may have been
+/// replaced since the last, see `revive.rs`); `timed_out` is told of each
+/// time-out.
 pub(super) async fn cluster_each(
-    conn: &Conn,
+    conn: impl Fn() -> Conn,
+    timed_out: impl Fn(),
     calls: &[(ScriptId, Cmd)],
     pending: &[usize],
     wait: Option<WaitFor>,
     window: std::time::Duration,
 ) -> Vec<(redis::RedisResult<Value>, Option<u32>)> {
     let deadline = tokio::time::Instant::now() + window;
+    let (conn, timed_out) = (&conn, &timed_out);
     let futures = pending.iter().map(|&i| {
-        let mut conn = conn.clone();
         let (id, cmd) = &calls[i];
         // A memoized call (its answer remembered under its request key)
         // and one whose second run is harmless may run again whatever
@@ -35,7 +39,10 @@ pub(super) async fn cluster_each(
             // but in a burst that a failover can outlast.
             let mut pause = std::time::Duration::from_millis(50);
             loop {
-                let r = one_call(&mut conn, cmd, wait).await;
+                let r = one_call(&mut conn(), cmd, wait).await;
+                if r.0.as_ref().is_err_and(|e| e.is_timeout()) {
+                    timed_out();
+                }
                 match &r.0 {
                     Err(e)
                         if retry_through_failover(e, rerun_safe)

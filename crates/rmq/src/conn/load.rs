@@ -13,8 +13,8 @@ impl Redis {
     /// Loads every script, on every node of a cluster (SCRIPT LOAD is
     /// idempotent; the cluster client sends it to all nodes).
     pub(crate) async fn load_scripts(&self) -> Result<()> {
-        let mut conn = self.conn.clone();
-        match &self.conn {
+        let mut conn = self.conn();
+        match conn {
             Conn::Single(_) => {
                 let mut pipe = redis::pipe();
                 for id in ScriptId::ALL {
@@ -46,7 +46,7 @@ impl Redis {
         let Some(template) = seeds.nodes.first() else {
             return;
         };
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let nodes: redis::RedisResult<String> = redis::cmd("CLUSTER")
             .arg("NODES")
             .query_async(&mut conn)

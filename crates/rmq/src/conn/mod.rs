@@ -20,6 +20,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 mod cluster;
 mod layout;
 mod load;
+mod revive;
 mod subscribers;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -106,7 +107,11 @@ impl ClusterSeeds {
 #[derive(Clone)]
 pub(crate) struct Redis {
     pub(crate) target: Target,
-    pub(crate) conn: Conn,
+    /// The connection every clone of this `Redis` shares: a cluster
+    /// connection that stopped answering is replaced here (`revive.rs`).
+    conn: std::sync::Arc<std::sync::RwLock<Conn>>,
+    /// One check of a cluster connection at a time (`revive.rs`).
+    reviving: std::sync::Arc<revive::Reviving>,
     /// Durable sends only, made on first use: `WAIT` blocks the connection
     /// it is sent on until the replicas answer (up to its timeout), which
     /// must not hold up consumers' pops and acks on the shared connection.
@@ -177,7 +182,8 @@ impl Redis {
     pub(crate) fn new(target: Target, conn: Conn, response_timeout: std::time::Duration) -> Redis {
         Redis {
             target,
-            conn,
+            conn: std::sync::Arc::new(std::sync::RwLock::new(conn)),
+            reviving: Default::default(),
             wait_conn: Default::default(),
             response_timeout,
             functions: false,
@@ -200,14 +206,20 @@ impl Redis {
     /// cluster answers that it cannot serve the key, or a node cannot be
     /// reached.
     pub(crate) async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         if !self.is_cluster() {
             return Ok(cmd.query_async(&mut conn).await?);
         }
         let deadline = tokio::time::Instant::now() + self.failover_window;
         let mut wait = std::time::Duration::from_millis(50);
         loop {
-            match cmd.query_async::<T>(&mut conn).await {
+            let r = cmd.query_async::<T>(&mut conn).await;
+            if r.as_ref().is_err_and(|e| e.is_timeout()) {
+                self.call_timed_out();
+                // A replaced connection answers the next try.
+                conn = self.conn();
+            }
+            match r {
                 Err(e)
                     if retry_through_failover(&e, true)
                         && tokio::time::Instant::now() + wait < deadline =>
@@ -253,7 +265,12 @@ impl Redis {
 
     /// Whether this is a cluster connection.
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.conn, Conn::Cluster(_))
+        matches!(self.conn(), Conn::Cluster(_))
+    }
+
+    /// The connection (a clone sharing its sockets).
+    pub(crate) fn conn(&self) -> Conn {
+        self.conn.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Runs script calls and returns one result per call. Calls that hit
@@ -288,13 +305,37 @@ impl Redis {
         for round in 0..2 {
             let conn = match wait {
                 Some(_) => self.wait_conn().await?,
-                None => self.conn.clone(),
+                None => self.conn(),
             };
             let started = std::time::Instant::now();
             let results = match &conn {
                 Conn::Single(_) => single_pipeline(conn, &calls, &pending, wait).await?,
+                // The shared connection is fetched again at each try (a
+                // stuck one is replaced); a durable send's keeps its own.
+                Conn::Cluster(_) if wait.is_some() => {
+                    let timed_out = || self.call_timed_out();
+                    let each = || conn.clone();
+                    cluster_each(
+                        each,
+                        timed_out,
+                        &calls,
+                        &pending,
+                        wait,
+                        self.failover_window,
+                    )
+                    .await
+                }
                 Conn::Cluster(_) => {
-                    cluster_each(&conn, &calls, &pending, wait, self.failover_window).await
+                    let (each, timed_out) = (|| self.conn(), || self.call_timed_out());
+                    cluster_each(
+                        each,
+                        timed_out,
+                        &calls,
+                        &pending,
+                        wait,
+                        self.failover_window,
+                    )
+                    .await
                 }
             };
             round_trip_timed(calls[pending[0]].0, started.elapsed());

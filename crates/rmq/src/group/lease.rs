@@ -459,6 +459,7 @@ impl Keeper {
             }
             Err(_) => {
                 tracing::warn!(topic = %topic.name(), "renewing slot leases timed out");
+                topic.redis().call_timed_out();
                 None
             }
         }
