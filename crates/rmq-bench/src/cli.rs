@@ -39,8 +39,10 @@ pub(crate) struct Args {
     pub(crate) forward: bool,
     /// Measure serial groups coordinated by Redis and by ZooKeeper side by
     /// side instead (a throwaway ZooKeeper): handover after a graceful stop
-    /// and after a SIGKILL, and the idle load of 8 members over 1,024
-    /// slots on Redis and on ZooKeeper. Ignores --redis, --cluster and --only.
+    /// and after a SIGKILL, and the idle load of 8 and 130 members over
+    /// 1,024 slots on Redis, on ZooKeeper and on a Redis Cluster (Redis
+    /// membership). --only picks cases by their label (e.g.
+    /// "backend=cluster"); ignores --redis and --cluster.
     #[arg(long, conflicts_with_all = ["instructions", "forward"])]
     pub(crate) coordination: bool,
     /// Measure the PostgreSQL message store instead (a throwaway PostgreSQL

@@ -12,18 +12,21 @@
 //!   `FCALL` and the like; the commands scripts run inside are not
 //!   counted), Redis CPU, and
 //!   ZooKeeper requests per second (`mntr`'s `zk_packets_received`).
+//!   Then the same with Redis membership on a throwaway Redis Cluster of
+//!   three masters, where a member renews its leases in one call per
+//!   master (summed over the nodes).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use rmq::{CancellationToken, Deliveries, Topic, TopicKind, TopicSpec};
-use rmq_test_support::{RedisServer, ZooKeeperServer};
+use rmq_test_support::{RedisCluster, RedisServer, ZooKeeperServer};
 use serde_json::json;
 
 use crate::env::Env;
 use crate::handover::{self, Coordination};
-use crate::redis_stats::{redis_cpu_secs, script_calls};
+use crate::redis_stats::{redis_cpu_secs_sum, script_calls};
 use crate::report::{round, table, Row};
 use crate::runner::{run_case, Results};
 
@@ -35,7 +38,9 @@ const LOAD_SLOTS: u32 = 1_024;
 
 /// Runs both measures for both backends; prints a JSON line per case and
 /// a table at the end. Fails if any case failed.
-pub(crate) async fn measure(scale: f64, smoke: bool) -> Result<()> {
+/// `only`: run only the cases whose label contains one of these.
+pub(crate) async fn measure(scale: f64, smoke: bool, only: &[String]) -> Result<()> {
+    let picked = |label: &str| only.is_empty() || only.iter().any(|o| label.contains(o.as_str()));
     let redis = RedisServer::start();
     let zk = ZooKeeperServer::start();
     let env = Env::owned_single(redis.url(), scale, smoke);
@@ -55,23 +60,27 @@ pub(crate) async fn measure(scale: f64, smoke: bool) -> Result<()> {
     };
     for c in &order {
         let label = format!("case=graceful coordinator={}", c.label());
-        run_case(
-            &env,
-            &mut out,
-            ("handover", kind, label),
-            handover::HO_BUDGET_MSGS,
-            |cl| handover::handover_graceful(&env, cl, c),
-        )
-        .await;
+        if picked(&label) {
+            run_case(
+                &env,
+                &mut out,
+                ("handover", kind, label),
+                handover::HO_BUDGET_MSGS,
+                |cl| handover::handover_graceful(&env, cl, c),
+            )
+            .await;
+        }
         let label = format!("case=crash coordinator={}", c.label());
-        run_case(
-            &env,
-            &mut out,
-            ("handover", kind, label),
-            handover::HO_BUDGET_MSGS,
-            |cl| handover::handover_crash(&env, cl, &bin, c),
-        )
-        .await;
+        if picked(&label) {
+            run_case(
+                &env,
+                &mut out,
+                ("handover", kind, label),
+                handover::HO_BUDGET_MSGS,
+                |cl| handover::handover_crash(&env, cl, &bin, c),
+            )
+            .await;
+        }
     }
     let window = if smoke {
         Duration::from_secs(2)
@@ -89,6 +98,9 @@ pub(crate) async fn measure(scale: f64, smoke: bool) -> Result<()> {
         .flat_map(|n| [(n, Coordination::Redis), (n, zookeeper.clone())])
     {
         let label = format!("members={members} slots=1024 coordinator={}", c.label());
+        if !picked(&label) {
+            continue;
+        }
         let zk = &zk;
         run_case(
             &env,
@@ -96,6 +108,23 @@ pub(crate) async fn measure(scale: f64, smoke: bool) -> Result<()> {
             ("group_load", TopicKind::Priority, label),
             60_000,
             |cl| group_load(&env, cl, &c, zk, members, window),
+        )
+        .await;
+    }
+    let cluster = RedisCluster::builder().replicas(0).start();
+    let on_cluster = Env::owned_cluster(cluster.urls(), scale, smoke);
+    for &members in sizes {
+        let label = format!("members={members} slots=1024 coordinator=redis backend=cluster");
+        if !picked(&label) {
+            continue;
+        }
+        let zk = &zk;
+        run_case(
+            &on_cluster,
+            &mut out,
+            ("group_load", TopicKind::Priority, label),
+            60_000,
+            |cl| group_load(&on_cluster, cl, &Coordination::Redis, zk, members, window),
         )
         .await;
     }
@@ -158,18 +187,18 @@ async fn group_load(
     let settled_s = start.elapsed().as_secs_f64();
     // One more member timeout: the joins' retries are over.
     tokio::time::sleep(member_timeout).await;
-    let mut conn = env.raw().await?;
+    let mut nodes = env.raw_all().await?;
     let (calls_before, cpu_before) = (
-        script_calls(&mut conn).await?,
-        redis_cpu_secs(&mut conn).await?,
+        calls_on(&mut nodes).await?,
+        redis_cpu_secs_sum(&mut nodes).await?,
     );
     let zk_before = zk_requests(zk)?;
     let t0 = Instant::now();
     tokio::time::sleep(window).await;
     let secs = t0.elapsed().as_secs_f64();
     let (calls_after, cpu_after) = (
-        script_calls(&mut conn).await?,
-        redis_cpu_secs(&mut conn).await?,
+        calls_on(&mut nodes).await?,
+        redis_cpu_secs_sum(&mut nodes).await?,
     );
     let zk_after = zk_requests(zk)?;
     for m in members {
@@ -185,6 +214,7 @@ async fn group_load(
             "members": size,
             "slots": LOAD_SLOTS,
             "coordinator": coordination.label(),
+            "backend": if env.cluster_nodes.is_some() { "cluster" } else { "single" },
             "member_timeout_ms": 6_000,
             "slot_lease_ms": 6_000,
         }),
@@ -195,6 +225,15 @@ async fn group_load(
     .with("redis_cpu_ms_per_s", round(cpu_ms_per_s, 1))
     .with("zookeeper_requests_per_s", round(zk_per_s, 1))
     .with("split_after_s", round(settled_s, 2)))
+}
+
+/// Script calls every node ran so far.
+async fn calls_on(nodes: &mut [redis::aio::MultiplexedConnection]) -> Result<f64> {
+    let mut total = 0.0;
+    for node in nodes.iter_mut() {
+        total += script_calls(node).await?;
+    }
+    Ok(total)
 }
 
 /// Requests ZooKeeper received so far (every client's, pings included).

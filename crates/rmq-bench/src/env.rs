@@ -39,6 +39,18 @@ impl Env {
         }
     }
 
+    /// A throwaway cluster the mode started itself (every node's URL).
+    pub(crate) fn owned_cluster(nodes: Vec<String>, scale: f64, smoke: bool) -> Env {
+        Env {
+            url: nodes.join(","),
+            cluster_nodes: Some(nodes),
+            owned: true,
+            scale,
+            smoke,
+            counter: AtomicU64::new(0),
+        }
+    }
+
     pub(crate) fn n(&self, base: u64) -> u64 {
         ((base as f64 * self.scale).round() as u64).max(1)
     }

@@ -62,7 +62,10 @@ fn main() -> std::process::ExitCode {
         return run_mode("--forward", forward::measure(scale));
     }
     if args.coordination {
-        return run_mode("--coordination", coordination::measure(scale, args.smoke));
+        return run_mode(
+            "--coordination",
+            coordination::measure(scale, args.smoke, &args.only),
+        );
     }
     if args.store {
         return run_mode("--store", store::measure(scale));
