@@ -8,25 +8,23 @@
 
 use redis::{Cmd, Value};
 
-use super::{acked_of, Conn, WaitFor};
+use super::{acked_of, Conn, Redis, WaitFor};
 use crate::scripts::ScriptId;
 
 /// Each call as its own command (or call + WAIT pipeline, routed by the
 /// call's key), all concurrently, each riding out a failover for up to
-/// `window`.
-/// `conn` gives the connection for each try (a stuck one may have been
-/// replaced since the last, see `revive.rs`); `timed_out` is told of each
-/// time-out.
+/// `window`. Each try takes `redis`'s connection anew (a stuck one is
+/// replaced, see `revive.rs`; a time-out starts that check, and the next
+/// try waits for it), or always `own` (a durable send's connection).
 pub(super) async fn cluster_each(
-    conn: impl Fn() -> Conn,
-    timed_out: impl Fn(),
+    redis: &Redis,
+    own: Option<&Conn>,
     calls: &[(ScriptId, Cmd)],
     pending: &[usize],
     wait: Option<WaitFor>,
     window: std::time::Duration,
 ) -> Vec<(redis::RedisResult<Value>, Option<u32>)> {
     let deadline = tokio::time::Instant::now() + window;
-    let (conn, timed_out) = (&conn, &timed_out);
     let futures = pending.iter().map(|&i| {
         let (id, cmd) = &calls[i];
         // A memoized call (its answer remembered under its request key)
@@ -39,15 +37,21 @@ pub(super) async fn cluster_each(
             // but in a burst that a failover can outlast.
             let mut pause = std::time::Duration::from_millis(50);
             loop {
-                let r = one_call(&mut conn(), cmd, wait).await;
-                if r.0.as_ref().is_err_and(|e| e.is_timeout()) {
-                    timed_out();
+                let mut conn = own.cloned().unwrap_or_else(|| redis.conn());
+                let r = one_call(&mut conn, cmd, wait).await;
+                // (A durable send's own connection is not watched.)
+                let timed_out = own.is_none() && r.0.as_ref().is_err_and(|e| e.is_timeout());
+                if timed_out {
+                    redis.call_timed_out();
                 }
                 match &r.0 {
                     Err(e)
                         if retry_through_failover(e, rerun_safe)
                             && tokio::time::Instant::now() + pause < deadline =>
                     {
+                        if timed_out {
+                            redis.after_time_out().await;
+                        }
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(std::time::Duration::from_millis(500));
                     }

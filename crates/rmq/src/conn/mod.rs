@@ -214,16 +214,20 @@ impl Redis {
         let mut wait = std::time::Duration::from_millis(50);
         loop {
             let r = cmd.query_async::<T>(&mut conn).await;
-            if r.as_ref().is_err_and(|e| e.is_timeout()) {
+            let timed_out = r.as_ref().is_err_and(|e| e.is_timeout());
+            if timed_out {
                 self.call_timed_out();
-                // A replaced connection answers the next try.
-                conn = self.conn();
             }
             match r {
                 Err(e)
                     if retry_through_failover(&e, true)
                         && tokio::time::Instant::now() + wait < deadline =>
                 {
+                    if timed_out {
+                        // The next try goes out on a replaced connection.
+                        self.after_time_out().await;
+                        conn = self.conn();
+                    }
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(std::time::Duration::from_millis(500));
                 }
@@ -265,7 +269,7 @@ impl Redis {
 
     /// Whether this is a cluster connection.
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.conn(), Conn::Cluster(_))
+        matches!(self.target, Target::Cluster(_))
     }
 
     /// The connection (a clone sharing its sockets).
@@ -310,32 +314,10 @@ impl Redis {
             let started = std::time::Instant::now();
             let results = match &conn {
                 Conn::Single(_) => single_pipeline(conn, &calls, &pending, wait).await?,
-                // The shared connection is fetched again at each try (a
-                // stuck one is replaced); a durable send's keeps its own.
-                Conn::Cluster(_) if wait.is_some() => {
-                    let timed_out = || self.call_timed_out();
-                    let each = || conn.clone();
-                    cluster_each(
-                        each,
-                        timed_out,
-                        &calls,
-                        &pending,
-                        wait,
-                        self.failover_window,
-                    )
-                    .await
-                }
+                // A durable send keeps its own connection.
                 Conn::Cluster(_) => {
-                    let (each, timed_out) = (|| self.conn(), || self.call_timed_out());
-                    cluster_each(
-                        each,
-                        timed_out,
-                        &calls,
-                        &pending,
-                        wait,
-                        self.failover_window,
-                    )
-                    .await
+                    let own = wait.is_some().then_some(&conn);
+                    cluster_each(self, own, &calls, &pending, wait, self.failover_window).await
                 }
             };
             round_trip_timed(calls[pending[0]].0, started.elapsed());
