@@ -171,8 +171,9 @@ fn forward_mode_measures_both_brokers_against_their_ceiling() {
 }
 
 /// `--coordination --smoke`: the handover cases and the idle group load,
-/// once with Redis and once with ZooKeeper coordinating, every message
-/// drained, and the load read from both servers.
+/// once with Redis and once with ZooKeeper coordinating (and the load once
+/// more on a Redis Cluster), every message drained, and the load read from
+/// every server.
 #[test]
 fn coordination_mode_measures_redis_and_zookeeper_side_by_side() {
     let (rows, stderr) = smoke_rows("--coordination");
@@ -180,22 +181,24 @@ fn coordination_mode_measures_redis_and_zookeeper_side_by_side() {
         .iter()
         .map(|r| {
             format!(
-                "{} {} {}",
+                "{} {} {} {}",
                 r["scenario"].as_str().unwrap_or_default(),
                 r["params"]["case"].as_str().unwrap_or("-"),
-                r["params"]["coordinator"].as_str().unwrap_or_default()
+                r["params"]["coordinator"].as_str().unwrap_or_default(),
+                r["params"]["backend"].as_str().unwrap_or("-")
             )
         })
         .collect();
     assert_eq!(
         cases,
         [
-            "handover graceful redis",
-            "handover crash redis",
-            "handover graceful zookeeper",
-            "handover crash zookeeper",
-            "group_load - redis",
-            "group_load - zookeeper",
+            "handover graceful redis -",
+            "handover crash redis -",
+            "handover graceful zookeeper -",
+            "handover crash zookeeper -",
+            "group_load - redis single",
+            "group_load - zookeeper single",
+            "group_load - redis cluster",
         ],
         "{stderr}"
     );
