@@ -93,38 +93,38 @@ pub(crate) async fn measure(scale: f64, smoke: bool, only: &[String]) -> Result<
     } else {
         &LOAD_MEMBERS
     };
-    for (&members, c) in sizes
-        .iter()
-        .flat_map(|n| [(n, Coordination::Redis), (n, zookeeper.clone())])
-    {
-        let label = format!("members={members} slots=1024 coordinator={}", c.label());
-        if !picked(&label) {
-            continue;
-        }
-        let zk = &zk;
-        run_case(
-            &env,
-            &mut out,
-            ("group_load", TopicKind::Priority, label),
-            60_000,
-            |cl| group_load(&env, cl, &c, zk, members, window),
-        )
-        .await;
-    }
     let cluster = RedisCluster::builder().replicas(0).start();
     let on_cluster = Env::owned_cluster(cluster.urls(), scale, smoke);
-    for &members in sizes {
-        let label = format!("members={members} slots=1024 coordinator=redis backend=cluster");
+    // Each size with Redis and ZooKeeper on one node, then with Redis on
+    // the cluster.
+    let loads = sizes
+        .iter()
+        .flat_map(|&n| {
+            [
+                (n, Coordination::Redis, &env, ""),
+                (n, zookeeper.clone(), &env, ""),
+            ]
+        })
+        .chain(
+            sizes
+                .iter()
+                .map(|&n| (n, Coordination::Redis, &on_cluster, " backend=cluster")),
+        );
+    for (members, c, on, backend) in loads {
+        let label = format!(
+            "members={members} slots=1024 coordinator={}{backend}",
+            c.label()
+        );
         if !picked(&label) {
             continue;
         }
         let zk = &zk;
         run_case(
-            &on_cluster,
+            on,
             &mut out,
             ("group_load", TopicKind::Priority, label),
             60_000,
-            |cl| group_load(&on_cluster, cl, &Coordination::Redis, zk, members, window),
+            |cl| group_load(on, cl, &c, zk, members, window),
         )
         .await;
     }

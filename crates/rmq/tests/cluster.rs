@@ -3,6 +3,8 @@
 //! producers and consumers keep working. (The core semantics tests run on a
 //! cluster too: `RMQ_TEST_CLUSTER=1 cargo test -p rmq`.)
 #![allow(clippy::unwrap_used)]
+mod common;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -28,6 +30,28 @@ fn hash_slot(cluster: &RedisCluster, topic: &Topic, slot: u32) -> u16 {
         .cli(0, &["CLUSTER", "KEYSLOT", key])
         .parse()
         .unwrap()
+}
+
+/// Moves the hash slot of topic slot `slot` to another master, key by key
+/// with `pause_ms` between keys (clients meet a half-moved slot): the hash
+/// slot, the master it went to, and the keys moved.
+fn move_to_another_master(
+    cluster: &RedisCluster,
+    topic: &Topic,
+    slot: u32,
+    pause_ms: u64,
+) -> (u16, usize, usize) {
+    let hs = hash_slot(cluster, topic, slot);
+    let from = cluster.master_of_slot(hs).unwrap();
+    let to = *cluster
+        .master_indices()
+        .iter()
+        .find(|&&m| m != from)
+        .unwrap();
+    let moved = tokio::task::block_in_place(|| {
+        cluster.move_hash_slot(hs, to, Duration::from_millis(pause_ms))
+    });
+    (hs, to, moved)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -305,16 +329,8 @@ async fn resharding_under_traffic_loses_nothing() {
     // Move the hash slots of four topic slots to another master, key by key.
     let mut moved_keys = 0;
     for slot in 0..4 {
-        let hs = hash_slot(&cluster, &topic, slot);
-        let from = cluster.master_of_slot(hs).unwrap();
-        let to = *cluster
-            .master_indices()
-            .iter()
-            .find(|&&m| m != from)
-            .unwrap();
-        moved_keys += tokio::task::block_in_place(|| {
-            cluster.move_hash_slot(hs, to, Duration::from_millis(30))
-        });
+        let (hs, to, moved) = move_to_another_master(&cluster, &topic, slot, 30);
+        moved_keys += moved;
         assert_eq!(cluster.master_of_slot(hs), Some(to));
     }
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -371,16 +387,7 @@ async fn a_burst_of_calls_after_a_resharding_never_leaves_the_client_stuck() {
     topic.stats().await.unwrap();
     for round in 0..3u32 {
         for slot in round * 4..round * 4 + 4 {
-            let hs = hash_slot(&cluster, &topic, slot);
-            let from = cluster.master_of_slot(hs).unwrap();
-            let to = *cluster
-                .master_indices()
-                .iter()
-                .find(|&&m| m != from)
-                .unwrap();
-            tokio::task::block_in_place(|| {
-                cluster.move_hash_slot(hs, to, Duration::from_millis(10))
-            });
+            move_to_another_master(&cluster, &topic, slot, 10);
         }
         let started = Instant::now();
         loop {
@@ -399,25 +406,13 @@ async fn a_burst_of_calls_after_a_resharding_never_leaves_the_client_stuck() {
     }
 }
 
-/// Script calls (EVALSHA, FCALL) served by every node so far.
-fn script_calls(cluster: &RedisCluster) -> u64 {
-    (0..cluster.urls().len())
-        .map(|node| {
-            let stats = cluster.cli(node, &["INFO", "commandstats"]);
-            stats
-                .lines()
-                .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_fcall:"))
-                .filter_map(|l| {
-                    l.split("calls=")
-                        .nth(1)?
-                        .split(',')
-                        .next()?
-                        .parse::<u64>()
-                        .ok()
-                })
-                .sum::<u64>()
-        })
-        .sum()
+/// Script calls served by every node so far.
+async fn script_calls(cluster: &RedisCluster) -> u64 {
+    let mut total = 0;
+    for url in cluster.urls() {
+        total += common::calls_on(&url).await;
+    }
+    total
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -457,9 +452,9 @@ async fn a_serial_member_renews_its_leases_in_one_call_per_master() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let before = epochs().await.1;
-    let calls_before = script_calls(&cluster);
+    let calls_before = script_calls(&cluster).await;
     tokio::time::sleep(lease * 2).await;
-    let idle = script_calls(&cluster) - calls_before;
+    let idle = script_calls(&cluster).await - calls_before;
     // Eight rounds in 4 s (a round every quarter lease), each a heartbeat
     // and three renewals; one call per slot would be over 2,000.
     assert!(idle <= 60, "{idle} script calls in 4 s");
