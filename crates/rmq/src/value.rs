@@ -10,6 +10,17 @@ pub(crate) fn items(v: Value) -> Vec<Value> {
     }
 }
 
+/// A ZSET score as Lua hands it over: a string, possibly in exponent form
+/// (a whole number, as every score rmq writes is).
+pub(crate) fn as_score(v: &Value) -> Option<i64> {
+    if let Some(n) = as_int(v) {
+        return Some(n);
+    }
+    let Value::BulkString(b) = v else { return None };
+    let f: f64 = std::str::from_utf8(b).ok()?.parse().ok()?;
+    f.is_finite().then_some(f as i64)
+}
+
 /// An integer at `i` (also parsed from a string).
 pub(crate) fn int_at(a: &[Value], i: usize) -> Option<i64> {
     a.get(i).and_then(as_int)

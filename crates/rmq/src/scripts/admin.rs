@@ -1,18 +1,21 @@
 //! The admin scripts' calls and replies, typed: `stats.lua`, `peek.lua`,
-//! `dead_list.lua`, `dead_requeue.lua` and `dead_purge.lua`, each on one
-//! slot. Off the hot path; `crate::admin` runs them over a topic's slots.
+//! `dead_list.lua` and `firsts.lua` (readings, each on one slot or on many
+//! slots of one node), `dead_requeue.lua` and `dead_purge.lua` (one slot).
+//! Off the hot path; `crate::admin` runs them over a topic's slots.
 
 use redis::{Cmd, Value};
 
 use super::ScriptId;
-use crate::value::{as_int, bytes_at, int_at, items};
+use crate::value::{as_int, as_score, bytes_at, int_at, items};
 
 /// `stats.lua`'s ARGV.
 pub(crate) const STATS_ARGV: [&str; 1] = ["kind"];
 /// `peek.lua`'s ARGV.
-pub(crate) const PEEK_ARGV: [&str; 2] = ["kind", "limit"];
+pub(crate) const PEEK_ARGV: [&str; 3] = ["kind", "limit", "from"];
 /// `dead_list.lua`'s ARGV.
-pub(crate) const DEAD_LIST_ARGV: [&str; 1] = ["limit"];
+pub(crate) const DEAD_LIST_ARGV: [&str; 2] = ["limit", "from"];
+/// `firsts.lua`'s ARGV.
+pub(crate) const FIRSTS_ARGV: [&str; 1] = ["kind"];
 /// `dead_requeue.lua`'s ARGV.
 pub(crate) const DEAD_REQUEUE_ARGV: [&str; 7] = [
     "kind",
@@ -26,10 +29,39 @@ pub(crate) const DEAD_REQUEUE_ARGV: [&str; 7] = [
 /// `dead_purge.lua`'s ARGV.
 pub(crate) const DEAD_PURGE_ARGV: [&str; 4] = ["all", "limit", "key", "older_than_ms"];
 
+/// Keys of one slot in a reading call's KEYS (see `lua/layout.lua`).
+pub(crate) const KEYS_PER_SLOT: usize = 10;
+
+/// A reading call over the slots whose keys `keys` holds, slot after slot:
+/// keys of several slots span hash slots, which only a single node serves
+/// in one call.
+fn reading(id: ScriptId, keys: &[String], args: &[&[u8]]) -> Cmd {
+    if keys.len() > KEYS_PER_SLOT {
+        super::call_on_one_node(id, keys, args)
+    } else {
+        super::call(id, keys, args)
+    }
+}
+
+/// A reading's reply: the server time, then one part per slot of the call
+/// (`per_slot` values each); None for a reply of another shape.
+pub(crate) fn split_reading(
+    reply: Value,
+    per_slot: usize,
+    slots: usize,
+) -> Option<(i64, Vec<Value>)> {
+    let mut a = items(reply).into_iter();
+    let now = as_int(&a.next()?)?;
+    let rest: Vec<Value> = a.collect();
+    if rest.len() != per_slot * slots {
+        return None;
+    }
+    Some((now, rest))
+}
+
 /// A slot's depth per state and its counters (stats.lua).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct SlotStats {
-    pub(crate) now: i64,
     pub(crate) pending: u64,
     pub(crate) due_now: u64,
     pub(crate) retry_waiting: u64,
@@ -45,10 +77,10 @@ pub(crate) struct SlotStats {
     pub(crate) counters: Vec<(Vec<u8>, u64)>,
 }
 
-/// stats.lua on one slot.
+/// stats.lua on the slots whose keys `keys` holds.
 pub(crate) fn stats(keys: &[String], kind: &str) -> (ScriptId, Cmd) {
     let args: [&[u8]; STATS_ARGV.len()] = [kind.as_bytes()];
-    (ScriptId::Stats, super::call(ScriptId::Stats, keys, &args))
+    (ScriptId::Stats, reading(ScriptId::Stats, keys, &args))
 }
 
 fn count(a: &[Value], i: usize) -> u64 {
@@ -58,10 +90,12 @@ fn count(a: &[Value], i: usize) -> u64 {
 }
 
 impl SlotStats {
-    pub(crate) fn parse(reply: Value) -> SlotStats {
-        let a = items(reply);
+    /// One slot's part of a stats.lua reply (an empty part: a slot that
+    /// holds nothing).
+    pub(crate) fn parse(part: Value) -> SlotStats {
+        let a = items(part);
         let counters = a
-            .get(11..)
+            .get(10..)
             .unwrap_or_default()
             .chunks_exact(2)
             .map(|p| {
@@ -70,17 +104,16 @@ impl SlotStats {
             })
             .collect();
         SlotStats {
-            now: int_at(&a, 0).unwrap_or(0),
-            pending: count(&a, 1),
-            due_now: count(&a, 2),
-            retry_waiting: count(&a, 3),
-            in_flight: count(&a, 4),
-            behind_in_flight: count(&a, 5),
-            dead: count(&a, 6),
-            paused: count(&a, 7) == 1,
-            lease_owner: bytes_at(&a, 8).unwrap_or_default(),
-            lease_epoch: count(&a, 9),
-            lease_until_ms: int_at(&a, 10).unwrap_or(0),
+            pending: count(&a, 0),
+            due_now: count(&a, 1),
+            retry_waiting: count(&a, 2),
+            in_flight: count(&a, 3),
+            behind_in_flight: count(&a, 4),
+            dead: count(&a, 5),
+            paused: count(&a, 6) == 1,
+            lease_owner: bytes_at(&a, 7).unwrap_or_default(),
+            lease_epoch: count(&a, 8),
+            lease_until_ms: int_at(&a, 9).unwrap_or(0),
             counters,
         }
     }
@@ -96,18 +129,18 @@ pub(crate) struct Peeked {
     pub(crate) score: i64,
 }
 
-/// peek.lua on one slot: its next `limit` pending messages.
-pub(crate) fn peek(keys: &[String], kind: &str, limit: &str) -> (ScriptId, Cmd) {
-    let args: [&[u8]; PEEK_ARGV.len()] = [kind.as_bytes(), limit.as_bytes()];
-    (ScriptId::Peek, super::call(ScriptId::Peek, keys, &args))
+/// peek.lua on the slots whose keys `keys` holds: up to `limit` pending
+/// messages of each, after its first `from`.
+pub(crate) fn peek(keys: &[String], kind: &str, limit: &str, from: &str) -> (ScriptId, Cmd) {
+    let args: [&[u8]; PEEK_ARGV.len()] = [kind.as_bytes(), limit.as_bytes(), from.as_bytes()];
+    (ScriptId::Peek, reading(ScriptId::Peek, keys, &args))
 }
 
 impl Peeked {
-    /// peek.lua's reply: `{ now, then per message: key, payload, attempts, score }`.
-    pub(crate) fn parse(reply: Value) -> Vec<Peeked> {
-        let a = items(reply);
-        a.get(1..)
-            .unwrap_or_default()
+    /// One slot's part of a peek.lua reply: per message `key, payload,
+    /// attempts, score`.
+    pub(crate) fn parse(part: Value) -> Vec<Peeked> {
+        items(part)
             .chunks_exact(4)
             .map(|m| Peeked {
                 key: bytes_at(m, 0).unwrap_or_default(),
@@ -115,7 +148,7 @@ impl Peeked {
                 attempts: int_at(m, 2)
                     .and_then(|n| u32::try_from(n).ok())
                     .unwrap_or(0),
-                score: int_at(m, 3).unwrap_or(0),
+                score: m.get(3).and_then(as_score).unwrap_or(0),
             })
             .collect()
     }
@@ -132,20 +165,18 @@ pub(crate) struct Dead {
     pub(crate) error: String,
 }
 
-/// dead_list.lua on one slot: up to `limit` dead letters, oldest death first.
-pub(crate) fn dead_list(keys: &[String], limit: &str) -> (ScriptId, Cmd) {
-    let args: [&[u8]; DEAD_LIST_ARGV.len()] = [limit.as_bytes()];
-    (
-        ScriptId::DeadList,
-        super::call(ScriptId::DeadList, keys, &args),
-    )
+/// dead_list.lua on the slots whose keys `keys` holds: up to `limit` dead
+/// letters of each, oldest death first, after its first `from`.
+pub(crate) fn dead_list(keys: &[String], limit: &str, from: &str) -> (ScriptId, Cmd) {
+    let args: [&[u8]; DEAD_LIST_ARGV.len()] = [limit.as_bytes(), from.as_bytes()];
+    (ScriptId::DeadList, reading(ScriptId::DeadList, keys, &args))
 }
 
 impl Dead {
-    /// dead_list.lua's reply: per letter `key, payload, attempts, score,
-    /// dead ms, deaths, error`.
-    pub(crate) fn parse(reply: Value) -> Vec<Dead> {
-        items(reply)
+    /// One slot's part of a dead_list.lua reply: per letter `key, payload,
+    /// attempts, score, dead ms, deaths, error`.
+    pub(crate) fn parse(part: Value) -> Vec<Dead> {
+        items(part)
             .chunks_exact(7)
             .map(|d| Dead {
                 key: bytes_at(d, 0).unwrap_or_default(),
@@ -160,6 +191,34 @@ impl Dead {
                 error: String::from_utf8_lossy(&bytes_at(d, 6).unwrap_or_default()).into_owned(),
             })
             .collect()
+    }
+}
+
+/// firsts.lua on the slots whose keys `keys` holds.
+pub(crate) fn firsts(keys: &[String], kind: &str) -> (ScriptId, Cmd) {
+    let args: [&[u8]; FIRSTS_ARGV.len()] = [kind.as_bytes()];
+    (ScriptId::Firsts, reading(ScriptId::Firsts, keys, &args))
+}
+
+/// Where a slot's queues begin (firsts.lua): the score of its next pending
+/// message and the time of death of its oldest dead letter, each None when
+/// there is none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Firsts {
+    pub(crate) pending: Option<i64>,
+    pub(crate) dead: Option<i64>,
+}
+
+impl Firsts {
+    /// Values per slot in a firsts.lua reply.
+    pub(crate) const PER_SLOT: usize = 2;
+
+    /// One slot's two values of a firsts.lua reply.
+    pub(crate) fn parse(part: &[Value]) -> Firsts {
+        Firsts {
+            pending: part.first().and_then(as_score),
+            dead: part.get(1).and_then(as_score),
+        }
     }
 }
 
@@ -259,6 +318,7 @@ mod tests {
         assert_eq!(header_argv(ScriptId::Stats), STATS_ARGV);
         assert_eq!(header_argv(ScriptId::Peek), PEEK_ARGV);
         assert_eq!(header_argv(ScriptId::DeadList), DEAD_LIST_ARGV);
+        assert_eq!(header_argv(ScriptId::Firsts), FIRSTS_ARGV);
         assert_eq!(header_argv(ScriptId::DeadRequeue), DEAD_REQUEUE_ARGV);
         assert_eq!(header_argv(ScriptId::DeadPurge), DEAD_PURGE_ARGV);
     }
@@ -269,19 +329,20 @@ mod tests {
 
     #[test]
     fn replies_are_read_by_the_headers_layout() {
-        let stats = Value::Array(
-            [7, 5, 3, 1, 2, 0, 4, 1]
+        let slot = Value::Array(
+            [5, 3, 1, 2, 0, 4, 1]
                 .map(Value::Int)
                 .into_iter()
                 .chain([bulk("m1"), Value::Int(3), Value::Int(99)])
                 .chain([bulk("sent"), bulk("9"), bulk("acked"), Value::Int(6)])
                 .collect(),
         );
-        let s = SlotStats::parse(stats);
-        assert_eq!(
-            (s.now, s.pending, s.due_now, s.dead, s.paused),
-            (7, 5, 3, 4, true)
-        );
+        let never_used = Value::Array(vec![]);
+        let reply = Value::Array(vec![Value::Int(7), slot, never_used]);
+        let (now, parts) = split_reading(reply, 1, 2).unwrap();
+        assert_eq!(now, 7);
+        let [s, empty] = <[Value; 2]>::try_from(parts).unwrap().map(SlotStats::parse);
+        assert_eq!((s.pending, s.due_now, s.dead, s.paused), (5, 3, 4, true));
         assert_eq!(
             (s.lease_owner.as_slice(), s.lease_epoch, s.lease_until_ms),
             (&b"m1"[..], 3, 99)
@@ -290,23 +351,28 @@ mod tests {
             s.counters,
             vec![(b"sent".to_vec(), 9), (b"acked".to_vec(), 6)]
         );
-        let peek = Value::Array(vec![
-            Value::Int(1),
-            bulk("k"),
-            bulk("p"),
-            Value::Int(2),
-            Value::Int(30),
-        ]);
+        assert_eq!(empty, SlotStats::default());
+        let peek = Value::Array(vec![bulk("k"), bulk("p"), Value::Int(2), bulk("1.7e+12")]);
         assert_eq!(
             Peeked::parse(peek),
             vec![Peeked {
                 key: b"k".to_vec(),
                 payload: b"p".to_vec(),
                 attempts: 2,
-                score: 30
+                score: 1_700_000_000_000
             }]
         );
+        let firsts = [bulk("30"), Value::Nil];
+        assert_eq!(
+            Firsts::parse(&firsts),
+            Firsts {
+                pending: Some(30),
+                dead: None
+            }
+        );
         // A reply of the wrong shape reads as nothing, not as a panic.
+        assert_eq!(split_reading(Value::Int(3), 1, 1), None);
+        assert_eq!(split_reading(Value::Array(vec![Value::Int(1)]), 2, 1), None);
         assert_eq!(Dead::parse(Value::Int(3)), vec![]);
         assert_eq!(Requeued::parse(Value::Nil), Requeued::default());
     }

@@ -4,7 +4,7 @@
 use redis::{Cmd, Value};
 
 use super::ScriptId;
-use crate::value::{as_int, items};
+use crate::value::{as_int, as_score, items};
 
 /// The script's KEYS, by the names its header gives them.
 pub(crate) const KEYS: [&str; 2] = ["index", "marks"];
@@ -64,7 +64,7 @@ impl Heads {
             .chunks(2)
             .filter_map(|pair| {
                 let slot = u32::try_from(as_int(pair.first()?)?).ok()?;
-                Some((slot, score(pair.get(1)?)?))
+                Some((slot, as_score(pair.get(1)?)?))
             })
             .collect();
         Some(Heads {
@@ -73,16 +73,6 @@ impl Heads {
             entries,
         })
     }
-}
-
-/// A ZSET score as Lua hands it over: a string, possibly in exponent form.
-fn score(v: &Value) -> Option<i64> {
-    if let Some(n) = as_int(v) {
-        return Some(n);
-    }
-    let Value::BulkString(b) = v else { return None };
-    let f: f64 = std::str::from_utf8(b).ok()?.parse().ok()?;
-    f.is_finite().then_some(f as i64)
 }
 
 #[cfg(test)]

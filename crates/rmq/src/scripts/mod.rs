@@ -94,10 +94,11 @@ pub(crate) enum ScriptId {
     InFlight,
     Room,
     Heads,
+    Firsts,
 }
 
 impl ScriptId {
-    pub(crate) const ALL: [ScriptId; 23] = [
+    pub(crate) const ALL: [ScriptId; 24] = [
         ScriptId::Send,
         ScriptId::Pop,
         ScriptId::Settle,
@@ -121,6 +122,7 @@ impl ScriptId {
         ScriptId::InFlight,
         ScriptId::Room,
         ScriptId::Heads,
+        ScriptId::Firsts,
     ];
 
     pub(crate) fn source(self) -> (&'static str, &'static str) {
@@ -166,6 +168,7 @@ impl ScriptId {
             ScriptId::Room => ("#!lua flags=allow-oom", include_str!("lua/room.lua")),
             // Consumers read the index before they take: allowed at maxmemory.
             ScriptId::Heads => ("#!lua flags=allow-oom", include_str!("lua/heads.lua")),
+            ScriptId::Firsts => ("#!lua flags=no-writes", include_str!("lua/firsts.lua")),
         }
     }
 }
@@ -198,6 +201,7 @@ impl ScriptId {
             ScriptId::InFlight => "inflight",
             ScriptId::Room => "room",
             ScriptId::Heads => "heads",
+            ScriptId::Firsts => "firsts",
         }
     }
 
@@ -234,6 +238,7 @@ impl ScriptId {
                 | ScriptId::Membership
                 | ScriptId::Get
                 | ScriptId::Heads
+                | ScriptId::Firsts
                 | ScriptId::Renew
         )
     }
@@ -375,8 +380,9 @@ fn call(id: ScriptId, keys: &[String], args: &[&[u8]]) -> redis::Cmd {
 
 /// A call whose keys may span hash slots, for a server not in cluster mode
 /// only: a server in cluster mode refuses it with CROSSSLOT, even one that
-/// owns every hash slot and is reached as a single node. Its one user, the
-/// lease keeper's batched renewal, falls back to a call per slot then.
+/// owns every hash slot and is reached as a single node. Its users, the
+/// lease keeper's batched renewal and the admin readings over many slots,
+/// fall back to a call per slot then.
 fn call_on_one_node(id: ScriptId, keys: &[String], args: &[&[u8]]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(&get(id).sha).arg(keys.len()).arg(keys);

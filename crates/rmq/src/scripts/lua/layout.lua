@@ -43,6 +43,22 @@ local K = {
   m = KEYS[5], r = KEYS[6], x = KEYS[7], X = KEYS[8], a = KEYS[9], l = KEYS[10],
 }
 
+-- Points K at the i-th slot's keys (from 1) of a reading script that
+-- covers many slots of one node: ten keys per slot, slot after slot.
+local function use_slot(i)
+  local b = (i - 1) * 10
+  K.q, K.d, K.f, K.n, K.m = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4], KEYS[b + 5]
+  K.r, K.x, K.X, K.a, K.l = KEYS[b + 6], KEYS[b + 7], KEYS[b + 8], KEYS[b + 9], KEYS[b + 10]
+end
+
+-- How many slots a reading script's KEYS hold (nil unless whole slots).
+local function slots_in_keys()
+  if #KEYS == 0 or #KEYS % 10 ~= 0 then
+    return nil
+  end
+  return #KEYS / 10
+end
+
 -- A whole number as decimal digits. '%d' formats integers directly, which
 -- costs a fraction of Lua's float formatting ('%.14g' or '%.0f').
 local function fmt(n)

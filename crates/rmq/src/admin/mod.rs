@@ -1,15 +1,27 @@
 //! Inspection and operations, apart from the hot path: depth per state and
 //! counters, peeking at the next messages, and the dead letters (list,
 //! requeue, purge). The CLI is a thin layer over these calls.
+//!
+//! Their cost is bounded per call whatever the slot count: readings cover
+//! many slots per call (`readings`), peek and the dead-letter listing
+//! fetch only from slots that can hold what they show (`ordered`), and
+//! the dead-letter operations visit only slots that hold dead letters.
+
+mod ordered;
+mod readings;
+
+use std::cmp::Reverse;
 
 use serde::Serialize;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::scripts::admin::{self, Dead, Peeked, RequeueRequest, Requeued, SlotStats, Which};
+use crate::scripts::admin::{
+    self, Dead, Firsts, Peeked, RequeueRequest, Requeued, SlotStats, Which,
+};
 use crate::scripts::ScriptId;
 use crate::topic::{Topic, TopicKind};
 
-/// Slots per pipeline in admin calls.
+/// Single-slot calls per pipeline in admin operations.
 const SLOTS_PER_ROUND: usize = 256;
 
 /// Dead letters one requeue call takes at most (the default dead-letter
@@ -161,28 +173,46 @@ pub enum DeadSelection {
 }
 
 impl Topic {
-    /// One call per slot, `call(keys of the slot, slot)` making it; the
-    /// replies in slot order.
-    async fn per_slot(
+    /// One call per slot of `slots`, `call(keys of the slot, slot)` making
+    /// it; each slot's own result, in the order of `slots` (a failed round
+    /// trip stops the rounds; a slot's failed call does not).
+    async fn each_slot_of(
         &self,
-        call: impl Fn(&[String], u32) -> (ScriptId, redis::Cmd),
-    ) -> Result<Vec<redis::Value>> {
-        self.per_slot_each(call).await?.into_iter().collect()
-    }
-
-    /// The same, with each slot's own result (a failed round trip stops
-    /// the rounds; a slot's failed call does not).
-    async fn per_slot_each(
-        &self,
+        slots: &[u32],
         call: impl Fn(&[String], u32) -> (ScriptId, redis::Cmd),
     ) -> Result<Vec<Result<redis::Value>>> {
-        let mut out = Vec::with_capacity(self.spec.slots as usize);
-        let all: Vec<u32> = (0..self.spec.slots).collect();
-        for chunk in all.chunks(SLOTS_PER_ROUND) {
+        let mut out = Vec::with_capacity(slots.len());
+        for chunk in slots.chunks(SLOTS_PER_ROUND) {
             let calls = chunk.iter().map(|&s| call(&self.slot_keys(s), s)).collect();
             out.extend(self.redis().run(calls).await?);
         }
         Ok(out)
+    }
+
+    /// Where each slot's queues begin, and the server time: many slots per
+    /// call on a single node.
+    async fn firsts(&self) -> Result<(i64, Vec<(u32, Firsts)>)> {
+        let kind = self.spec.kind.code();
+        let slots = self.all_slots();
+        let r = self
+            .read_slots(&slots, Firsts::PER_SLOT, |keys| admin::firsts(keys, kind))
+            .await?;
+        let firsts = (r.parts.chunks_exact(Firsts::PER_SLOT).map(Firsts::parse))
+            .zip(slots)
+            .map(|(f, slot)| (slot, f))
+            .collect();
+        Ok((r.server_ms, firsts))
+    }
+
+    /// The slots holding dead letters, with their oldest death (ms), and
+    /// the server time.
+    async fn slots_with_dead(&self) -> Result<(i64, Vec<(u32, i64)>)> {
+        let (now, firsts) = self.firsts().await?;
+        let dead = firsts
+            .into_iter()
+            .filter_map(|(slot, f)| Some((slot, f.dead?)))
+            .collect();
+        Ok((now, dead))
     }
 
     /// The topic's in-flight cap permits held now across all its consumers
@@ -194,17 +224,18 @@ impl Topic {
         Ok(crate::scripts::inflight::pair(self.redis().run_one(id, cmd).await?).0)
     }
 
-    /// Depth per state and counters, per slot and in total.
+    /// Depth per state and counters, per slot and in total: on a single
+    /// node one call per 128 slots, on a cluster one call per slot.
     pub async fn stats(&self) -> Result<TopicStats> {
         let kind = self.spec.kind.code();
-        let replies = self.per_slot(|keys, _| admin::stats(keys, kind)).await?;
+        let reading = self
+            .read_slots(&self.all_slots(), 1, |keys| admin::stats(keys, kind))
+            .await?;
         let mut total = Stats::default();
-        let mut slots = Vec::with_capacity(replies.len());
-        let mut leases = Vec::with_capacity(replies.len());
-        let mut server_ms = 0;
-        for v in replies {
+        let mut slots = Vec::with_capacity(reading.parts.len());
+        let mut leases = Vec::with_capacity(reading.parts.len());
+        for v in reading.parts {
             let r = SlotStats::parse(v);
-            server_ms = r.now;
             leases.push(SlotLease {
                 owner: (!r.lease_owner.is_empty())
                     .then(|| String::from_utf8_lossy(&r.lease_owner).into_owned()),
@@ -242,24 +273,34 @@ impl Topic {
             total,
             slots,
             leases,
-            server_ms,
+            server_ms: reading.server_ms,
         })
     }
 
     /// The next `limit` pending messages in consumption order (priority:
     /// highest first, FIFO among equals; time-based: earliest due first),
-    /// merged across slots. Takes nothing.
+    /// merged across slots. Takes nothing. Fetches only from the slots
+    /// whose next message is among the `limit` best next messages.
     pub async fn peek(&self, limit: usize) -> Result<Vec<Pending>> {
-        let (kind, lim) = (self.spec.kind.code(), limit.min(10_000).to_string());
-        let replies = self
-            .per_slot(|keys, _| admin::peek(keys, kind, &lim))
-            .await?;
-        let mut all = Vec::new();
-        for (slot, v) in (0u32..).zip(replies) {
-            for p in Peeked::parse(v) {
-                let (priority, due_ms) =
-                    crate::message::Received::score_fields(self.spec.kind, p.score);
-                all.push(Pending {
+        let limit = limit.min(10_000);
+        let kind = self.spec.kind;
+        let (_, firsts) = self.firsts().await?;
+        let candidates = firsts
+            .into_iter()
+            .filter_map(|(slot, f)| Some((slot, (consumption_order(kind, f.pending?), slot))))
+            .collect();
+        let found = ordered::first_across(
+            candidates,
+            limit,
+            |slot, p: &Peeked| (consumption_order(kind, p.score), slot),
+            |asks| self.peek_pages(asks),
+        )
+        .await?;
+        Ok(found
+            .into_iter()
+            .map(|(slot, p)| {
+                let (priority, due_ms) = crate::message::Received::score_fields(kind, p.score);
+                Pending {
                     key: p.key,
                     payload: p.payload,
                     slot,
@@ -267,28 +308,66 @@ impl Topic {
                     priority,
                     due_ms,
                     score: p.score,
-                });
-            }
-        }
-        match self.spec.kind {
-            TopicKind::Priority => {
-                all.sort_by(|a, b| b.score.cmp(&a.score).then(a.slot.cmp(&b.slot)))
-            }
-            _ => all.sort_by(|a, b| a.score.cmp(&b.score).then(a.slot.cmp(&b.slot))),
-        }
-        all.truncate(limit);
-        Ok(all)
+                }
+            })
+            .collect())
     }
 
-    /// Up to `limit` dead letters, oldest death first within each slot.
+    /// Pending messages of each (slot, from, count).
+    async fn peek_pages(&self, asks: Vec<(u32, usize, usize)>) -> Result<Vec<Vec<Peeked>>> {
+        let kind = self.spec.kind.code();
+        let calls: Vec<_> = asks
+            .iter()
+            .map(|&(slot, from, count)| {
+                let (from, count) = (from.to_string(), count.to_string());
+                admin::peek(&self.slot_keys(slot), kind, &count, &from)
+            })
+            .collect();
+        self.pages(calls, Peeked::parse).await
+    }
+
+    /// Runs one single-slot reading call per page and parses each slot's part.
+    async fn pages<T>(
+        &self,
+        calls: Vec<(ScriptId, redis::Cmd)>,
+        parse: impl Fn(redis::Value) -> Vec<T>,
+    ) -> Result<Vec<Vec<T>>> {
+        let mut out = Vec::with_capacity(calls.len());
+        let mut calls = calls.into_iter().peekable();
+        while calls.peek().is_some() {
+            let round: Vec<_> = calls.by_ref().take(SLOTS_PER_ROUND).collect();
+            for reply in self.redis().run(round).await? {
+                let (_, mut parts) = admin::split_reading(reply?, 1, 1).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Redis,
+                        "a reading script answered in another shape",
+                    )
+                })?;
+                out.push(parts.pop().map(&parse).unwrap_or_default());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` dead letters, oldest death first (merged across
+    /// slots). Fetches only from the slots whose oldest dead letter is
+    /// among the `limit` oldest.
     pub async fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>> {
-        let lim = limit.min(100_000).to_string();
-        let replies = self
-            .per_slot(|keys, _| admin::dead_list(keys, &lim))
-            .await?;
-        let mut all = Vec::new();
-        for (slot, v) in (0u32..).zip(replies) {
-            all.extend(Dead::parse(v).into_iter().map(|d| DeadLetter {
+        let limit = limit.min(100_000);
+        let (_, with_dead) = self.slots_with_dead().await?;
+        let found = ordered::first_across(
+            with_dead
+                .into_iter()
+                .map(|(slot, ms)| (slot, (ms, slot)))
+                .collect(),
+            limit,
+            |slot, d: &Dead| (d.dead_at_ms, slot),
+            |asks| self.dead_pages(asks),
+        )
+        .await?;
+        Ok(found
+            .into_iter()
+            .map(|(slot, d)| DeadLetter {
                 key: d.key,
                 payload: d.payload,
                 slot,
@@ -296,11 +375,20 @@ impl Topic {
                 dead_at_ms: d.dead_at_ms,
                 deaths: d.deaths,
                 error: d.error,
-            }));
-        }
-        all.sort_by(|a, b| a.dead_at_ms.cmp(&b.dead_at_ms).then(a.slot.cmp(&b.slot)));
-        all.truncate(limit);
-        Ok(all)
+            })
+            .collect())
+    }
+
+    /// Dead letters of each (slot, from, count).
+    async fn dead_pages(&self, asks: Vec<(u32, usize, usize)>) -> Result<Vec<Vec<Dead>>> {
+        let calls: Vec<_> = asks
+            .iter()
+            .map(|&(slot, from, count)| {
+                let (from, count) = (from.to_string(), count.to_string());
+                admin::dead_list(&self.slot_keys(slot), &count, &from)
+            })
+            .collect();
+        self.pages(calls, Dead::parse).await
     }
 
     /// Puts dead letters back as fresh messages (no attempts counted).
@@ -315,10 +403,12 @@ impl Topic {
         let mut total = (0, 0);
         match which {
             DeadSelection::Key(key) => {
-                // Every slot: a message sent with a slot basis lives apart from its key's hash.
+                // Every slot with dead letters: a message sent with a slot
+                // basis lives apart from its key's hash.
                 self.check_key(&key)?;
+                let slots = self.dead_slots(None).await?;
                 let replies = self
-                    .per_slot_each(|keys, slot| {
+                    .each_slot_of(&slots, |keys, slot| {
                         let (slot, channel) = (slot.to_string(), self.channel_for(slot));
                         self.requeue_request(keys, &channel, &slot, Which::Key(&key), "")
                             .call()
@@ -350,7 +440,7 @@ impl Topic {
                 ))
             }
             DeadSelection::All => {
-                for slot in 0..self.spec.slots {
+                for slot in self.dead_slots(None).await? {
                     let (requeued, merged) = self.requeue_all_of(slot).await?;
                     total = (total.0 + requeued, total.1 + merged);
                 }
@@ -411,17 +501,21 @@ impl Topic {
         match which {
             DeadSelection::Key(key) => {
                 self.check_key(&key)?;
+                let slots = self.dead_slots(None).await?;
                 let replies = self
-                    .per_slot(|keys, _| admin::dead_purge(keys, &Which::Key(&key)))
+                    .each_slot_of(&slots, |keys, _| admin::dead_purge(keys, &Which::Key(&key)))
                     .await?;
-                purged = replies.iter().map(admin::purged).sum();
+                for r in replies {
+                    purged += admin::purged(&r?);
+                }
             }
             DeadSelection::All | DeadSelection::OlderThan(_) => {
                 let limit = PURGE_PER_CALL.to_string();
-                let age = match &which {
-                    DeadSelection::OlderThan(d) => d.as_millis().to_string(),
-                    _ => String::new(),
+                let older_than = match &which {
+                    DeadSelection::OlderThan(d) => Some(*d),
+                    _ => None,
                 };
+                let age = older_than.map_or(String::new(), |d| d.as_millis().to_string());
                 let which = match age.is_empty() {
                     true => Which::All { limit: &limit },
                     false => Which::OlderThan {
@@ -429,7 +523,7 @@ impl Topic {
                         ms: &age,
                     },
                 };
-                for slot in 0..self.spec.slots {
+                for slot in self.dead_slots(older_than).await? {
                     let keys = self.slot_keys(slot);
                     loop {
                         let (id, cmd) = admin::dead_purge(&keys, &which);
@@ -445,6 +539,20 @@ impl Topic {
         Ok(purged)
     }
 
+    /// The slots holding dead letters (with `older_than`, letters that died
+    /// at least that long ago by the server clock).
+    async fn dead_slots(&self, older_than: Option<std::time::Duration>) -> Result<Vec<u32>> {
+        let (now, with_dead) = self.slots_with_dead().await?;
+        let cutoff = older_than.map_or(i64::MAX, |d| {
+            now.saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        });
+        Ok(with_dead
+            .into_iter()
+            .filter(|&(_, oldest)| oldest <= cutoff)
+            .map(|(slot, _)| slot)
+            .collect())
+    }
+
     fn check_key(&self, key: &[u8]) -> Result<()> {
         if key.is_empty() {
             return Err(Error::new(
@@ -453,5 +561,15 @@ impl Topic {
             ));
         }
         Ok(())
+    }
+}
+
+/// A pending message's place in consumption order, smallest first: the
+/// highest score first on a priority topic, the earliest due time first on
+/// the others.
+fn consumption_order(kind: TopicKind, score: i64) -> (Reverse<i64>, i64) {
+    match kind {
+        TopicKind::Priority => (Reverse(score), 0),
+        _ => (Reverse(0), score),
     }
 }

@@ -1,0 +1,35 @@
+-- firsts.lua: where each slot's queues begin, for readings that merge many
+-- slots (peek, dead letters) and must not fetch from every slot (reads only).
+-- Includes: layout
+--
+-- KEYS: the ten slot keys (see layout.lua) of each slot, slot after slot
+--   (more than one slot on a single Redis node only).
+-- ARGV[1] kind ('p' | 'f' | 'r')
+-- Returns: { now, then per slot: the score of its next pending message in
+--            consumption order (priority: the highest), the time of death
+--            (ms) of its oldest dead letter } with false (nil) for an empty set.
+-- Error reply RMQ_BADARG when KEYS are not whole slots.
+
+local kind = ARGV[1]
+local slots = slots_in_keys()
+if not slots then
+  return redis.error_reply('RMQ_BADARG firsts: ten keys per slot')
+end
+
+local function first(zset, rev)
+  local r
+  if rev then
+    r = redis.call('ZRANGE', zset, 0, 0, 'REV', 'WITHSCORES')
+  else
+    r = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
+  end
+  return r[2] or false
+end
+
+local out = { now_ms() }
+for i = 1, slots do
+  use_slot(i)
+  out[#out + 1] = first(K.q, kind == 'p')
+  out[#out + 1] = first(K.x, false)
+end
+return out
