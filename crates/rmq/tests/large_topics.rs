@@ -137,7 +137,7 @@ async fn peek_of_a_priority_topic_takes_a_crowded_slot_as_far_as_it_goes() {
         .map(|i| (10_000 + 2 * i, format!("hot{i}")))
         .chain((0..200u32).map(|i| (10_001 + 6 * i, format!("s{i}"))))
         .collect();
-    all.sort_by(|a, b| b.0.cmp(&a.0));
+    all.sort_by_key(|(priority, _)| std::cmp::Reverse(*priority));
     for limit in [5usize, 250, 500] {
         let got = calls_within(&backend, budget(400), "peek", topic.peek(limit))
             .await
@@ -216,4 +216,52 @@ async fn dead_letters_are_listed_oldest_first_and_handled_in_the_slots_that_hold
     assert_eq!(purged, 39);
     let st = topic.stats().await.unwrap().total;
     assert_eq!((st.dead, st.pending), (0, 1));
+}
+
+#[tokio::test]
+async fn taking_by_hand_calls_only_the_slots_with_work_due() {
+    let (backend, _c, topic) = setup_with(
+        TopicSpec::new("t", TopicKind::FixedTime)
+            .slots(slots())
+            .lease(Duration::from_millis(200)),
+    )
+    .await;
+    send_scheduled(&topic, 300).await;
+    let due: Vec<Message> = (0..5)
+        .map(|i| {
+            Message::new(format!("now{i}"))
+                .key(format!("now{i}"))
+                .delay(Duration::ZERO)
+        })
+        .collect();
+    topic.send_batch(&due).await.unwrap();
+    let taken = calls_within(&backend, budget(5), "take", topic.take(100))
+        .await
+        .unwrap();
+    let mut keys: Vec<String> = taken.iter().map(|d| text(&d.key)).collect();
+    keys.sort();
+    assert_eq!(keys, ["now0", "now1", "now2", "now3", "now4"]);
+    // A lease that ran out is work due too: its message is taken again.
+    let mut taken = taken.into_iter();
+    let kept = taken.next().unwrap();
+    let (key, attempt) = (text(&kept.key), kept.attempt);
+    for d in taken {
+        d.ack().await.unwrap();
+    }
+    // `kept` is left unsettled while its lease runs out.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let again = calls_within(
+        &backend,
+        budget(1),
+        "take after a lease ran out",
+        topic.take(100),
+    )
+    .await
+    .unwrap();
+    let again: Vec<(String, u32)> = again.iter().map(|d| (text(&d.key), d.attempt)).collect();
+    assert_eq!(again, [(key, attempt + 1)]);
+    assert!(
+        kept.ack().await.is_err(),
+        "an ack after the lease ran out is stale"
+    );
 }

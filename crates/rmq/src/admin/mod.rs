@@ -204,6 +204,25 @@ impl Topic {
         Ok((r.server_ms, firsts))
     }
 
+    /// The slots where a pop would find work now, in slot order: a due
+    /// pending message (any, on a priority topic), a due retry or a lease
+    /// that ran out. A tool that takes by hand calls only those.
+    pub(crate) async fn slots_with_due_work(&self) -> Result<Vec<u32>> {
+        let (now, firsts) = self.firsts().await?;
+        let due = |t: Option<i64>| t.is_some_and(|t| t <= now);
+        let priority = self.spec.kind == TopicKind::Priority;
+        Ok(firsts
+            .into_iter()
+            .filter(|(_, f)| {
+                (priority && f.pending.is_some())
+                    || (!priority && due(f.pending))
+                    || due(f.retry)
+                    || due(f.lease_ends)
+            })
+            .map(|(slot, _)| slot)
+            .collect())
+    }
+
     /// The slots holding dead letters, with their oldest death (ms), and
     /// the server time.
     async fn slots_with_dead(&self) -> Result<(i64, Vec<(u32, i64)>)> {

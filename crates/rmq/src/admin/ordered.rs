@@ -64,7 +64,7 @@ pub(crate) fn first_of<T, K: Ord>(
         .into_iter()
         .flat_map(|r| r.items.into_iter().map(move |t| (r.slot, t)))
         .collect();
-    all.sort_by(|(a, x), (b, y)| key(*a, x).cmp(&key(*b, y)));
+    all.sort_by_key(|(slot, t)| key(*slot, t));
     all.truncate(limit);
     all
 }

@@ -12,7 +12,8 @@ use crate::topic::Topic;
 
 impl Topic {
     /// Takes up to `max` due messages right now, without waiting, slot by
-    /// slot from slot 0 (no cross-slot priority order). For tools, scripts
+    /// slot from slot 0 (no cross-slot priority order), calling only the
+    /// slots that have work due (one reading finds them). For tools, scripts
     /// and tests; a long-running consumer should use [`Topic::consumer`].
     /// A rate-limited topic gives what its bucket grants now (maybe none);
     /// a capped one at most the permits it grants now, each delivery
@@ -31,8 +32,16 @@ impl Topic {
                 return Err(e);
             }
         };
+        let due_slots = match self.slots_with_due_work().await {
+            Ok(slots) => slots,
+            Err(e) => {
+                rate::give_back(self, rated);
+                settler.free_permits(tokens.unwrap_or_default());
+                return Err(e);
+            }
+        };
         let mut out: Vec<Delivery> = Vec::new();
-        for slot in 0..self.spec.slots {
+        for slot in due_slots {
             // Per call at most 1000 (the pop script's own limit).
             loop {
                 let want = (max - out.len()).min(1_000);

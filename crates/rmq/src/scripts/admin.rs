@@ -200,24 +200,30 @@ pub(crate) fn firsts(keys: &[String], kind: &str) -> (ScriptId, Cmd) {
     (ScriptId::Firsts, reading(ScriptId::Firsts, keys, &args))
 }
 
-/// Where a slot's queues begin (firsts.lua): the score of its next pending
-/// message and the time of death of its oldest dead letter, each None when
-/// there is none.
+/// Where a slot's queues begin (firsts.lua), each None when it is empty.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Firsts {
+    /// The score of its next pending message in consumption order.
     pub(crate) pending: Option<i64>,
+    /// The time of death of its oldest dead letter (ms).
     pub(crate) dead: Option<i64>,
+    /// Its first priority retry's time (ms).
+    pub(crate) retry: Option<i64>,
+    /// Its first lease deadline (ms).
+    pub(crate) lease_ends: Option<i64>,
 }
 
 impl Firsts {
     /// Values per slot in a firsts.lua reply.
-    pub(crate) const PER_SLOT: usize = 2;
+    pub(crate) const PER_SLOT: usize = 4;
 
-    /// One slot's two values of a firsts.lua reply.
+    /// One slot's values of a firsts.lua reply.
     pub(crate) fn parse(part: &[Value]) -> Firsts {
         Firsts {
             pending: part.first().and_then(as_score),
             dead: part.get(1).and_then(as_score),
+            retry: part.get(2).and_then(as_score),
+            lease_ends: part.get(3).and_then(as_score),
         }
     }
 }
@@ -362,12 +368,14 @@ mod tests {
                 score: 1_700_000_000_000
             }]
         );
-        let firsts = [bulk("30"), Value::Nil];
+        let firsts = [bulk("30"), Value::Nil, Value::Nil, bulk("1.7e+12")];
         assert_eq!(
             Firsts::parse(&firsts),
             Firsts {
                 pending: Some(30),
-                dead: None
+                dead: None,
+                retry: None,
+                lease_ends: Some(1_700_000_000_000),
             }
         );
         // A reply of the wrong shape reads as nothing, not as a panic.

@@ -1,5 +1,6 @@
--- firsts.lua: where each slot's queues begin, for readings that merge many
--- slots (peek, dead letters) and must not fetch from every slot (reads only).
+-- firsts.lua: where each slot's queues begin, for tools that work on many
+-- slots (peek, dead letters, taking by hand) and must not call every slot
+-- (reads only).
 -- Includes: layout
 --
 -- KEYS: the ten slot keys (see layout.lua) of each slot, slot after slot
@@ -7,7 +8,8 @@
 -- ARGV[1] kind ('p' | 'f' | 'r')
 -- Returns: { now, then per slot: the score of its next pending message in
 --            consumption order (priority: the highest), the time of death
---            (ms) of its oldest dead letter } with false (nil) for an empty set.
+--            (ms) of its oldest dead letter, its first retry time (ms), its
+--            first lease deadline (ms) } with false (nil) for an empty set.
 -- Error reply RMQ_BADARG when KEYS are not whole slots.
 
 local kind = ARGV[1]
@@ -31,5 +33,7 @@ for i = 1, slots do
   use_slot(i)
   out[#out + 1] = first(K.q, kind == 'p')
   out[#out + 1] = first(K.x, false)
+  out[#out + 1] = first(K.r, false)
+  out[#out + 1] = first(K.f, false)
 end
 return out
