@@ -205,11 +205,14 @@ impl Topic {
     }
 
     /// The slots where a pop would find work now, in slot order: a due
-    /// pending message (any, on a priority topic), a due retry or a lease
-    /// that ran out. A tool that takes by hand calls only those.
-    pub(crate) async fn slots_with_due_work(&self) -> Result<Vec<u32>> {
+    /// pending message (any, on a priority topic), a due retry, a lease
+    /// that ran out, or (with a dead-letter TTL) a dead letter to trim. A
+    /// tool that takes by hand calls only those.
+    pub(crate) async fn slots_with_due_work(&self, dead_ttl_ms: u64) -> Result<Vec<u32>> {
         let (now, firsts) = self.firsts().await?;
         let due = |t: Option<i64>| t.is_some_and(|t| t <= now);
+        let ttl = i64::try_from(dead_ttl_ms).unwrap_or(i64::MAX);
+        let expired = |t: Option<i64>| dead_ttl_ms > 0 && t.is_some_and(|t| t <= now.saturating_sub(ttl));
         let priority = self.spec.kind == TopicKind::Priority;
         Ok(firsts
             .into_iter()
@@ -218,6 +221,7 @@ impl Topic {
                     || (!priority && due(f.pending))
                     || due(f.retry)
                     || due(f.lease_ends)
+                    || expired(f.dead)
             })
             .map(|(slot, _)| slot)
             .collect())

@@ -13,7 +13,8 @@ use crate::topic::Topic;
 impl Topic {
     /// Takes up to `max` due messages right now, without waiting, slot by
     /// slot from slot 0 (no cross-slot priority order), calling only the
-    /// slots that have work due (one reading finds them). For tools, scripts
+    /// slots that have work due (one reading finds them), dead letters past
+    /// their TTL to trim included. For tools, scripts
     /// and tests; a long-running consumer should use [`Topic::consumer`].
     /// A rate-limited topic gives what its bucket grants now (maybe none);
     /// a capped one at most the permits it grants now, each delivery
@@ -32,7 +33,10 @@ impl Topic {
                 return Err(e);
             }
         };
-        let due_slots = match self.slots_with_due_work().await {
+        let due_slots = match self
+            .slots_with_due_work(settings.spec.dead_letter_ttl_ms)
+            .await
+        {
             Ok(slots) => slots,
             Err(e) => {
                 rate::give_back(self, rated);
