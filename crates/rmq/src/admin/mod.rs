@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::admin::{
-    self, Dead, Firsts, Peeked, RequeueRequest, Requeued, SlotStats, Which,
+    self, Dead, Firsts, FirstsOf, Peeked, RequeueRequest, Requeued, SlotStats, Which,
 };
 use crate::scripts::ScriptId;
 use crate::topic::{Topic, TopicKind};
@@ -189,13 +189,15 @@ impl Topic {
         Ok(out)
     }
 
-    /// Where each slot's queues begin, and the server time: many slots per
-    /// call on a single node.
-    async fn firsts(&self) -> Result<(i64, Vec<(u32, Firsts)>)> {
+    /// Where each slot's queues (those `of` names) begin, and the server
+    /// time: many slots per call on a single node.
+    async fn firsts(&self, of: FirstsOf) -> Result<(i64, Vec<(u32, Firsts)>)> {
         let kind = self.spec.kind.code();
         let slots = self.all_slots();
         let r = self
-            .read_slots(&slots, Firsts::PER_SLOT, |keys| admin::firsts(keys, kind))
+            .read_slots(&slots, Firsts::PER_SLOT, |keys| {
+                admin::firsts(keys, kind, of)
+            })
             .await?;
         let firsts = (r.parts.chunks_exact(Firsts::PER_SLOT).map(Firsts::parse))
             .zip(slots)
@@ -209,10 +211,11 @@ impl Topic {
     /// that ran out, or (with a dead-letter TTL) a dead letter to trim. A
     /// tool that takes by hand calls only those.
     pub(crate) async fn slots_with_due_work(&self, dead_ttl_ms: u64) -> Result<Vec<u32>> {
-        let (now, firsts) = self.firsts().await?;
+        let (now, firsts) = self.firsts(FirstsOf::All).await?;
         let due = |t: Option<i64>| t.is_some_and(|t| t <= now);
         let ttl = i64::try_from(dead_ttl_ms).unwrap_or(i64::MAX);
-        let expired = |t: Option<i64>| dead_ttl_ms > 0 && t.is_some_and(|t| t <= now.saturating_sub(ttl));
+        let expired =
+            |t: Option<i64>| dead_ttl_ms > 0 && t.is_some_and(|t| t <= now.saturating_sub(ttl));
         let priority = self.spec.kind == TopicKind::Priority;
         Ok(firsts
             .into_iter()
@@ -230,7 +233,7 @@ impl Topic {
     /// The slots holding dead letters, with their oldest death (ms), and
     /// the server time.
     async fn slots_with_dead(&self) -> Result<(i64, Vec<(u32, i64)>)> {
-        let (now, firsts) = self.firsts().await?;
+        let (now, firsts) = self.firsts(FirstsOf::Dead).await?;
         let dead = firsts
             .into_iter()
             .filter_map(|(slot, f)| Some((slot, f.dead?)))
@@ -307,7 +310,7 @@ impl Topic {
     pub async fn peek(&self, limit: usize) -> Result<Vec<Pending>> {
         let limit = limit.min(10_000);
         let kind = self.spec.kind;
-        let (_, firsts) = self.firsts().await?;
+        let (_, firsts) = self.firsts(FirstsOf::Pending).await?;
         let candidates = firsts
             .into_iter()
             .filter_map(|(slot, f)| Some((slot, (consumption_order(kind, f.pending?), slot))))

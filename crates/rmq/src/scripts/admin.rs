@@ -15,7 +15,7 @@ pub(crate) const PEEK_ARGV: [&str; 3] = ["kind", "limit", "from"];
 /// `dead_list.lua`'s ARGV.
 pub(crate) const DEAD_LIST_ARGV: [&str; 2] = ["limit", "from"];
 /// `firsts.lua`'s ARGV.
-pub(crate) const FIRSTS_ARGV: [&str; 1] = ["kind"];
+pub(crate) const FIRSTS_ARGV: [&str; 2] = ["kind", "which"];
 /// `dead_requeue.lua`'s ARGV.
 pub(crate) const DEAD_REQUEUE_ARGV: [&str; 7] = [
     "kind",
@@ -194,9 +194,25 @@ impl Dead {
     }
 }
 
+/// Which of a slot's sets firsts.lua looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FirstsOf {
+    /// The pending messages (peek).
+    Pending,
+    /// The dead letters (the dead-letter tools).
+    Dead,
+    /// All four: pending, dead, retries and leases (taking by hand).
+    All,
+}
+
 /// firsts.lua on the slots whose keys `keys` holds.
-pub(crate) fn firsts(keys: &[String], kind: &str) -> (ScriptId, Cmd) {
-    let args: [&[u8]; FIRSTS_ARGV.len()] = [kind.as_bytes()];
+pub(crate) fn firsts(keys: &[String], kind: &str, of: FirstsOf) -> (ScriptId, Cmd) {
+    let which: &[u8] = match of {
+        FirstsOf::Pending => b"pending",
+        FirstsOf::Dead => b"dead",
+        FirstsOf::All => b"all",
+    };
+    let args: [&[u8]; FIRSTS_ARGV.len()] = [kind.as_bytes(), which];
     (ScriptId::Firsts, reading(ScriptId::Firsts, keys, &args))
 }
 
