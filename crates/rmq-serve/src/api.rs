@@ -25,9 +25,13 @@ type St = State<Arc<AppState>>;
 
 /// Messages (or keys) one request may carry.
 pub(crate) const MAX_BATCH: usize = 10_000;
-/// The deepest page of dead letters (each page reads offset + limit
-/// letters of every slot).
+/// The deepest page of dead letters (a page reads where each slot's dead
+/// letters begin, then up to offset + limit letters of the slots that can
+/// hold the page).
 const MAX_DEAD_OFFSET: usize = 10_000;
+/// The deepest page of pending messages (the same way; the library shows
+/// 10,000 at most, and a page holds up to 1,000).
+const MAX_PEEK_OFFSET: usize = 9_000;
 /// The largest request body.
 const MAX_BODY: usize = 16 * 1024 * 1024;
 
@@ -448,7 +452,7 @@ pub(crate) struct Limit {
     get,
     path = "/api/v1/topics/{topic}/peek",
     tag = "topics",
-    summary = "The next pending messages in consumption order (takes nothing)",
+    summary = "The next pending messages in consumption order, by page (takes nothing; offset at most 9,000)",
     params(("topic" = String, Path, description = "Topic name", example = "p"), Limit),
     responses(
         (status = 200, description = "Pending messages", body = Object),
@@ -462,10 +466,14 @@ async fn peek(
     Path(name): Path<String>,
     Query(q): Query<Limit>,
 ) -> ApiResult<Json<Value>> {
-    let limit = q.limit.unwrap_or(20).min(1_000);
-    let pending = topic(&st, &name).await?.peek(limit).await?;
+    let (limit, offset) = (
+        q.limit.unwrap_or(20).min(1_000),
+        q.offset.unwrap_or(0).min(MAX_PEEK_OFFSET),
+    );
+    let pending = topic(&st, &name).await?.peek(offset + limit).await?;
     let out: Vec<Value> = pending
         .iter()
+        .skip(offset)
         .map(|p| {
             json!({
                 "key": lossy(&p.key), "payload": lossy(&p.payload), "slot": p.slot,
@@ -473,7 +481,9 @@ async fn peek(
             })
         })
         .collect();
-    Ok(Json(json!({ "messages": out })))
+    Ok(Json(
+        json!({ "offset": offset, "limit": limit, "messages": out }),
+    ))
 }
 
 /// One message to send.

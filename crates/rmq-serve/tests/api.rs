@@ -174,6 +174,19 @@ async fn messages_are_sent_looked_up_rescheduled_and_cancelled_by_key() {
     );
     let (_, v) = s.get("/api/v1/topics/t/peek?limit=5").await;
     assert_eq!(v["messages"].as_array().map(Vec::len), Some(5));
+    // By page: two pages of 5 are the first 10, and a page past the end is empty.
+    let keys = |v: &Value| -> Vec<String> {
+        (v["messages"].as_array().into_iter().flatten())
+            .filter_map(|m| m["key"].as_str().map(String::from))
+            .collect()
+    };
+    let (_, first) = s.get("/api/v1/topics/t/peek?limit=5").await;
+    let (_, second) = s.get("/api/v1/topics/t/peek?limit=5&offset=5").await;
+    let (_, ten) = s.get("/api/v1/topics/t/peek?limit=10").await;
+    assert_eq!([keys(&first), keys(&second)].concat(), keys(&ten));
+    assert_eq!(second["offset"].as_u64(), Some(5));
+    let (_, past) = s.get("/api/v1/topics/t/peek?limit=5&offset=500").await;
+    assert_eq!(keys(&past), Vec::<String>::new());
     let (st, v) = s
         .act(
             reqwest::Method::DELETE,
