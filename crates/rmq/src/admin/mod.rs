@@ -11,6 +11,9 @@ mod ordered;
 mod readings;
 
 use std::cmp::Reverse;
+use std::collections::HashSet;
+
+use ordered::Page;
 
 use serde::Serialize;
 
@@ -306,9 +309,10 @@ impl Topic {
     /// The next `limit` pending messages in consumption order (priority:
     /// highest first, FIFO among equals; time-based: earliest due first),
     /// merged across slots. Takes nothing. Fetches only from the slots
-    /// whose next message is among the `limit` best next messages.
+    /// whose next message is among the `limit` best next messages. A
+    /// reading, not a snapshot: under traffic, a message taken or sent
+    /// while it runs may be there or not; none is shown twice.
     pub async fn peek(&self, limit: usize) -> Result<Vec<Pending>> {
-        let limit = limit.min(10_000);
         let kind = self.spec.kind;
         let (_, firsts) = self.firsts(FirstsOf::Pending).await?;
         let candidates = firsts
@@ -322,7 +326,7 @@ impl Topic {
             |asks| self.peek_pages(asks),
         )
         .await?;
-        Ok(found
+        Ok(once_each(found, |p| &p.key)
             .into_iter()
             .map(|(slot, p)| {
                 let (priority, due_ms) = crate::message::Received::score_fields(kind, p.score);
@@ -340,7 +344,7 @@ impl Topic {
     }
 
     /// Pending messages of each (slot, from, count).
-    async fn peek_pages(&self, asks: Vec<(u32, usize, usize)>) -> Result<Vec<Vec<Peeked>>> {
+    async fn peek_pages(&self, asks: Vec<(u32, usize, usize)>) -> Result<Vec<Page<Peeked>>> {
         let kind = self.spec.kind.code();
         let calls: Vec<_> = asks
             .iter()
@@ -356,8 +360,8 @@ impl Topic {
     async fn pages<T>(
         &self,
         calls: Vec<(ScriptId, redis::Cmd)>,
-        parse: impl Fn(redis::Value) -> Vec<T>,
-    ) -> Result<Vec<Vec<T>>> {
+        parse: impl Fn(redis::Value) -> (usize, Vec<T>),
+    ) -> Result<Vec<Page<T>>> {
         let mut out = Vec::with_capacity(calls.len());
         let mut calls = calls.into_iter().peekable();
         while calls.peek().is_some() {
@@ -369,7 +373,8 @@ impl Topic {
                         "a reading script answered in another shape",
                     )
                 })?;
-                out.push(parts.pop().map(&parse).unwrap_or_default());
+                let (scanned, items) = parts.pop().map(&parse).unwrap_or_default();
+                out.push(Page { scanned, items });
             }
         }
         Ok(out)
@@ -377,9 +382,8 @@ impl Topic {
 
     /// Up to `limit` dead letters, oldest death first (merged across
     /// slots). Fetches only from the slots whose oldest dead letter is
-    /// among the `limit` oldest.
+    /// among the `limit` oldest (a reading, as [`peek`](Self::peek) is).
     pub async fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>> {
-        let limit = limit.min(100_000);
         let (_, with_dead) = self.slots_with_dead().await?;
         let found = ordered::first_across(
             with_dead
@@ -391,7 +395,7 @@ impl Topic {
             |asks| self.dead_pages(asks),
         )
         .await?;
-        Ok(found
+        Ok(once_each(found, |d| &d.key)
             .into_iter()
             .map(|(slot, d)| DeadLetter {
                 key: d.key,
@@ -406,7 +410,7 @@ impl Topic {
     }
 
     /// Dead letters of each (slot, from, count).
-    async fn dead_pages(&self, asks: Vec<(u32, usize, usize)>) -> Result<Vec<Vec<Dead>>> {
+    async fn dead_pages(&self, asks: Vec<(u32, usize, usize)>) -> Result<Vec<Page<Dead>>> {
         let calls: Vec<_> = asks
             .iter()
             .map(|&(slot, from, count)| {
@@ -598,4 +602,17 @@ fn consumption_order(kind: TopicKind, score: i64) -> (Reverse<i64>, i64) {
         TopicKind::Priority => (Reverse(score), 0),
         _ => (Reverse(0), score),
     }
+}
+
+/// Each (slot, merge key) once, the first kept: a listing's later page of
+/// a slot may repeat an item when messages moved ahead of it meanwhile.
+fn once_each<T>(found: Vec<(u32, T)>, key: impl Fn(&T) -> &Vec<u8>) -> Vec<(u32, T)> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(found.len());
+    for (slot, t) in found {
+        if seen.insert((slot, key(&t).clone())) {
+            out.push((slot, t));
+        }
+    }
+    out
 }

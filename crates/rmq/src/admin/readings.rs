@@ -5,7 +5,7 @@
 //! slot's keys live under their own hash tag, so a call covers one slot,
 //! and the calls are pipelined. A server in cluster mode reached as a
 //! single node refuses a call over many slots (CROSSSLOT): the reading is
-//! then made again one slot per call.
+//! then made again one slot per call. Any other error is the reading's.
 
 use redis::{Cmd, Value};
 
@@ -39,14 +39,16 @@ impl Topic {
         call: impl Fn(&[String]) -> (ScriptId, Cmd),
     ) -> Result<Reading> {
         if !self.redis().is_cluster() {
-            if let Ok(r) = self
+            match self
                 .read_in_calls_of(SLOTS_PER_CALL, slots, per_slot, &call)
                 .await
             {
-                return Ok(r);
+                Err(e) if e.to_string().contains("CROSSSLOT") => {
+                    tracing::debug!(topic = %self.name(),
+                        "the server is in cluster mode: reading one slot per call");
+                }
+                done => return done,
             }
-            // A server in cluster mode (CROSSSLOT), or a failure that one
-            // call per slot reports for the slot it belongs to.
         }
         self.read_in_calls_of(1, slots, per_slot, &call).await
     }

@@ -21,6 +21,13 @@ impl Topic {
     /// holding one until it is ended.
     pub async fn take(&self, max: usize) -> Result<Vec<Delivery>> {
         let settings = self.settings().await?;
+        // Where work is due, read before any token or permit is taken.
+        let due_slots = self
+            .slots_with_due_work(settings.spec.dead_letter_ttl_ms)
+            .await?;
+        if due_slots.is_empty() || max == 0 {
+            return Ok(Vec::new());
+        }
         let rated = rate::take(self, max).await?.tokens;
         let settler = Settler::spawn(self.clone(), Permits::new(self));
         let lease = self.spec.lease_ms;
@@ -30,17 +37,6 @@ impl Topic {
             Ok(Taken::Refused { .. }) => (0, Some(Vec::new())),
             Err(e) => {
                 rate::give_back(self, rated);
-                return Err(e);
-            }
-        };
-        let due_slots = match self
-            .slots_with_due_work(settings.spec.dead_letter_ttl_ms)
-            .await
-        {
-            Ok(slots) => slots,
-            Err(e) => {
-                rate::give_back(self, rated);
-                settler.free_permits(tokens.unwrap_or_default());
                 return Err(e);
             }
         };

@@ -136,11 +136,26 @@ pub(crate) fn peek(keys: &[String], kind: &str, limit: &str, from: &str) -> (Scr
     (ScriptId::Peek, reading(ScriptId::Peek, keys, &args))
 }
 
+/// One slot's part of a listing reply: how many members the script
+/// scanned, then the items found, each `width` values.
+fn listing(part: Value, width: usize) -> (usize, Vec<Value>) {
+    let mut a = items(part);
+    if a.is_empty() {
+        return (0, a);
+    }
+    let scanned = as_int(&a.remove(0))
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(0);
+    a.truncate(a.len() - a.len() % width);
+    (scanned, a)
+}
+
 impl Peeked {
-    /// One slot's part of a peek.lua reply: per message `key, payload,
-    /// attempts, score`.
-    pub(crate) fn parse(part: Value) -> Vec<Peeked> {
-        items(part)
+    /// One slot's part of a peek.lua reply: the members scanned, then per
+    /// message `key, payload, attempts, score`.
+    pub(crate) fn parse(part: Value) -> (usize, Vec<Peeked>) {
+        let (scanned, a) = listing(part, 4);
+        let found = a
             .chunks_exact(4)
             .map(|m| Peeked {
                 key: bytes_at(m, 0).unwrap_or_default(),
@@ -150,7 +165,8 @@ impl Peeked {
                     .unwrap_or(0),
                 score: m.get(3).and_then(as_score).unwrap_or(0),
             })
-            .collect()
+            .collect();
+        (scanned, found)
     }
 }
 
@@ -173,10 +189,11 @@ pub(crate) fn dead_list(keys: &[String], limit: &str, from: &str) -> (ScriptId, 
 }
 
 impl Dead {
-    /// One slot's part of a dead_list.lua reply: per letter `key, payload,
-    /// attempts, score, dead ms, deaths, error`.
-    pub(crate) fn parse(part: Value) -> Vec<Dead> {
-        items(part)
+    /// One slot's part of a dead_list.lua reply: the members scanned, then
+    /// per letter `key, payload, attempts, score, dead ms, deaths, error`.
+    pub(crate) fn parse(part: Value) -> (usize, Vec<Dead>) {
+        let (scanned, a) = listing(part, 7);
+        let found = a
             .chunks_exact(7)
             .map(|d| Dead {
                 key: bytes_at(d, 0).unwrap_or_default(),
@@ -190,7 +207,8 @@ impl Dead {
                     .unwrap_or(1),
                 error: String::from_utf8_lossy(&bytes_at(d, 6).unwrap_or_default()).into_owned(),
             })
-            .collect()
+            .collect();
+        (scanned, found)
     }
 }
 
@@ -374,15 +392,24 @@ mod tests {
             vec![(b"sent".to_vec(), 9), (b"acked".to_vec(), 6)]
         );
         assert_eq!(empty, SlotStats::default());
-        let peek = Value::Array(vec![bulk("k"), bulk("p"), Value::Int(2), bulk("1.7e+12")]);
+        let peek = Value::Array(vec![
+            Value::Int(2),
+            bulk("k"),
+            bulk("p"),
+            Value::Int(2),
+            bulk("1.7e+12"),
+        ]);
         assert_eq!(
             Peeked::parse(peek),
-            vec![Peeked {
-                key: b"k".to_vec(),
-                payload: b"p".to_vec(),
-                attempts: 2,
-                score: 1_700_000_000_000
-            }]
+            (
+                2,
+                vec![Peeked {
+                    key: b"k".to_vec(),
+                    payload: b"p".to_vec(),
+                    attempts: 2,
+                    score: 1_700_000_000_000
+                }]
+            )
         );
         let firsts = [bulk("30"), Value::Nil, Value::Nil, bulk("1.7e+12")];
         assert_eq!(
@@ -397,7 +424,7 @@ mod tests {
         // A reply of the wrong shape reads as nothing, not as a panic.
         assert_eq!(split_reading(Value::Int(3), 1, 1), None);
         assert_eq!(split_reading(Value::Array(vec![Value::Int(1)]), 2, 1), None);
-        assert_eq!(Dead::parse(Value::Int(3)), vec![]);
+        assert_eq!(Dead::parse(Value::Int(3)), (0, vec![]));
         assert_eq!(Requeued::parse(Value::Nil), Requeued::default());
     }
 }

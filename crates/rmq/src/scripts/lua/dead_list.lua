@@ -4,12 +4,13 @@
 --
 -- KEYS: the ten slot keys (see layout.lua) of each slot, slot after slot
 --   (more than one slot on a single Redis node only).
--- ARGV[1] limit: per slot   ARGV[2] from: how many of each slot's oldest to skip
--- Returns: { now, then per slot one array: { per dead letter: key, payload,
---            attempts, score, dead ms, deaths, error } }
+-- ARGV[1] limit: per slot, at most 1000   ARGV[2] from: how many of each slot's oldest to skip
+-- Returns: { now, then per slot one array: { members scanned, then per dead
+--            letter: key, payload, attempts, score, dead ms, deaths, error } }
+--            (a member without its record is scanned and skipped)
 -- Error reply RMQ_BADARG when KEYS are not whole slots.
 
-local limit = tonumber(ARGV[1]) or 0
+local limit = math.min(tonumber(ARGV[1]) or 0, 1000)
 local from = math.max(tonumber(ARGV[2]) or 0, 0)
 local slots = slots_in_keys()
 if not slots then
@@ -17,11 +18,12 @@ if not slots then
 end
 
 local function slot_dead()
-  local res = {}
+  local res = { 0 }
   if limit <= 0 then
     return res
   end
   local members = redis.call('ZRANGE', K.x, from, from + limit - 1)
+  res[1] = #members
   for _, key in ipairs(members) do
     local rec = redis.call('HGET', K.X, key)
     if rec then

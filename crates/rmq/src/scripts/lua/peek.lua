@@ -6,7 +6,9 @@
 --   (more than one slot on a single Redis node only).
 -- ARGV[1] kind ('p' | 'f' | 'r')   ARGV[2] limit: per slot, at most 1000
 -- ARGV[3] from: how many of each slot's first messages to skip
--- Returns: { now, then per slot one array: { key, payload, attempts, score, ... } }
+-- Returns: { now, then per slot one array: { members scanned, then per message:
+--            key, payload, attempts, score } } (a member without its payload
+--            is scanned and skipped: the next page starts after it)
 -- Error reply RMQ_BADARG when KEYS are not whole slots.
 
 local kind = ARGV[1]
@@ -18,7 +20,7 @@ if not slots then
 end
 
 local function slot_peek()
-  local res = {}
+  local res = { 0 }
   if limit <= 0 then
     return res
   end
@@ -28,6 +30,7 @@ local function slot_peek()
   else
     r = redis.call('ZRANGE', K.q, from, from + limit - 1, 'WITHSCORES')
   end
+  res[1] = #r / 2
   if #r == 0 then
     return res
   end
