@@ -29,8 +29,8 @@ pub(crate) const MAX_BATCH: usize = 10_000;
 /// letters begin, then up to offset + limit letters of the slots that can
 /// hold the page).
 const MAX_DEAD_OFFSET: usize = 10_000;
-/// The deepest page of pending messages (the same way; the library shows
-/// 10,000 at most, and a page holds up to 1,000).
+/// The deepest page of pending messages (read the same way; a page holds
+/// up to 1,000).
 const MAX_PEEK_OFFSET: usize = 9_000;
 /// The largest request body.
 const MAX_BODY: usize = 16 * 1024 * 1024;

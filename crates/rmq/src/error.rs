@@ -232,6 +232,17 @@ impl From<redis::RedisError> for Error {
     }
 }
 
+impl Error {
+    /// The error code of the Redis reply this error came from (`CROSSSLOT`,
+    /// `NOSCRIPT`, ...), None when it did not come from a reply.
+    pub(crate) fn redis_code(&self) -> Option<&str> {
+        self.source
+            .as_ref()?
+            .downcast_ref::<redis::RedisError>()?
+            .code()
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)

@@ -18,7 +18,7 @@
 
 use std::future::Future;
 
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 
 /// Items one fetch takes from a slot at most (the listing scripts' own
 /// limit per slot: a page that comes back short is the slot's last).
@@ -51,11 +51,13 @@ struct Run<T, K> {
 /// Which runs to fetch next, by `key` (smallest first). With `limit` items
 /// or more fetched, the `limit`-th is the bound: a fetched run is asked
 /// again while its last item comes before it, a run not fetched yet while
-/// its first item did. With fewer, every fetched run not done is asked
-/// again, and as many runs not fetched yet as items are missing.
+/// its first item did (at most `admit` of those). With fewer, every fetched
+/// run not done is asked again, and as many runs not fetched yet as items
+/// are missing, at least `admit`.
 fn to_fetch<T, K: Ord + Clone>(
     runs: &[Run<T, K>],
     limit: usize,
+    admit: usize,
     key: &impl Fn(u32, &T) -> K,
 ) -> Vec<usize> {
     let mut keys: Vec<K> = runs
@@ -82,8 +84,8 @@ fn to_fetch<T, K: Ord + Clone>(
         .filter(|(_, r)| !r.fetched && before_bound(&r.first))
         .map(|(i, _)| i);
     match bound {
-        None => out.extend(waiting.take(missing)),
-        Some(_) => out.extend(waiting.take(limit)),
+        None => out.extend(waiting.take(missing.max(admit))),
+        Some(_) => out.extend(waiting.take(admit)),
     }
     out
 }
@@ -121,13 +123,23 @@ where
             page: first_page,
         })
         .collect();
-    let mut asking = to_fetch(&runs, limit, &key);
+    // Slots let in per round beyond the first `limit`: doubles each round,
+    // so slots emptied since the reading are passed in a few rounds.
+    let mut admit = limit;
+    let mut asking = to_fetch(&runs, limit, admit, &key);
     while !asking.is_empty() {
         let asks = asking
             .iter()
             .map(|&i| (runs[i].slot, runs[i].scanned, runs[i].page))
             .collect();
-        for (&i, page) in asking.iter().zip(fetch(asks).await?) {
+        let pages = fetch(asks).await?;
+        if pages.len() != asking.len() {
+            return Err(Error::new(
+                ErrorKind::Redis,
+                "a listing answered for fewer slots than it was asked",
+            ));
+        }
+        for (&i, page) in asking.iter().zip(pages) {
             let run = &mut runs[i];
             run.fetched = true;
             run.done = page.scanned < run.page;
@@ -135,7 +147,8 @@ where
             run.items.extend(page.items);
             run.page = (run.page * 2).min(PAGE_MAX);
         }
-        asking = to_fetch(&runs, limit, &key);
+        admit = admit.saturating_mul(2);
+        asking = to_fetch(&runs, limit, admit, &key);
     }
     let mut all: Vec<(u32, T)> = runs
         .into_iter()
@@ -285,6 +298,17 @@ mod tests {
         }
         assert_eq!(merged(&slots, 1).await, vec![(5, 5)]);
         assert_eq!(merged(&slots, 3).await, slots.first(3));
+        // Many emptied: they are passed in a few rounds, not one at a time.
+        for s in 0..90 {
+            slots.held.borrow_mut().insert(s, Vec::new());
+        }
+        *slots.rounds.borrow_mut() = 0;
+        assert_eq!(merged(&slots, 1).await, vec![(90, 90)]);
+        assert!(
+            *slots.rounds.borrow() <= 8,
+            "{} rounds",
+            slots.rounds.borrow()
+        );
     }
 
     #[tokio::test]

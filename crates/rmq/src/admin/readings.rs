@@ -43,7 +43,7 @@ impl Topic {
                 .read_in_calls_of(SLOTS_PER_CALL, slots, per_slot, &call)
                 .await
             {
-                Err(e) if e.to_string().contains("CROSSSLOT") => {
+                Err(e) if e.redis_code() == Some("CROSSSLOT") => {
                     tracing::debug!(topic = %self.name(),
                         "the server is in cluster mode: reading one slot per call");
                 }
