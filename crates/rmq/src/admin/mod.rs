@@ -184,10 +184,21 @@ impl Topic {
         slots: &[u32],
         call: impl Fn(&[String], u32) -> (ScriptId, redis::Cmd),
     ) -> Result<Vec<Result<redis::Value>>> {
-        let mut out = Vec::with_capacity(slots.len());
-        for chunk in slots.chunks(SLOTS_PER_ROUND) {
-            let calls = chunk.iter().map(|&s| call(&self.slot_keys(s), s)).collect();
-            out.extend(self.redis().run(calls).await?);
+        let calls = slots.iter().map(|&s| call(&self.slot_keys(s), s)).collect();
+        self.in_rounds(calls).await
+    }
+
+    /// Runs single-slot calls, pipelined 256 per round trip; each call's
+    /// own result, in order.
+    async fn in_rounds(
+        &self,
+        calls: Vec<(ScriptId, redis::Cmd)>,
+    ) -> Result<Vec<Result<redis::Value>>> {
+        let mut out = Vec::with_capacity(calls.len());
+        let mut calls = calls.into_iter().peekable();
+        while calls.peek().is_some() {
+            let round: Vec<_> = calls.by_ref().take(SLOTS_PER_ROUND).collect();
+            out.extend(self.redis().run(round).await?);
         }
         Ok(out)
     }
@@ -363,19 +374,15 @@ impl Topic {
         parse: impl Fn(redis::Value) -> (usize, Vec<T>),
     ) -> Result<Vec<Page<T>>> {
         let mut out = Vec::with_capacity(calls.len());
-        let mut calls = calls.into_iter().peekable();
-        while calls.peek().is_some() {
-            let round: Vec<_> = calls.by_ref().take(SLOTS_PER_ROUND).collect();
-            for reply in self.redis().run(round).await? {
-                let (_, mut parts) = admin::split_reading(reply?, 1, 1).ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Redis,
-                        "a reading script answered in another shape",
-                    )
-                })?;
-                let (scanned, items) = parts.pop().map(&parse).unwrap_or_default();
-                out.push(Page { scanned, items });
-            }
+        for reply in self.in_rounds(calls).await? {
+            let (_, mut parts) = admin::split_reading(reply?, 1, 1).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Redis,
+                    "a reading script answered in another shape",
+                )
+            })?;
+            let (scanned, items) = parts.pop().map(&parse).unwrap_or_default();
+            out.push(Page { scanned, items });
         }
         Ok(out)
     }

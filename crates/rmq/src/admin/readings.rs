@@ -14,8 +14,8 @@ use crate::scripts::admin::split_reading;
 use crate::scripts::ScriptId;
 use crate::topic::Topic;
 
-/// Slots one reading call covers on a single node: 1,280 keys; an empty
-/// slot costs one EXISTS or two ZRANGE commands, a few microseconds.
+/// Slots one reading call covers on a single node: 1,280 keys, a call of
+/// 0.3–1.6 ms of Redis time (one EXISTS when none of them was ever used).
 pub(crate) const SLOTS_PER_CALL: usize = 128;
 
 /// Calls sent in one pipeline round.
