@@ -76,8 +76,7 @@ impl Drain {
     pub(crate) fn start(topic: &rmq::Topic, c: usize, batch: usize) -> Drain {
         let cancel = CancellationToken::new();
         let run = tokio::spawn(
-            topic
-                .consumer()
+            crate::env::consumer(topic)
                 .concurrency(c)
                 .batch(batch)
                 .shutdown_grace(Duration::from_secs(5))

@@ -62,8 +62,7 @@ pub(crate) async fn consume_mode(
     let start = Instant::now();
     let mut runs = Vec::with_capacity(MODE_CONSUMERS);
     for t in &topics {
-        let mut b = t
-            .consumer()
+        let mut b = crate::env::consumer(t)
             .concurrency(MODE_CONCURRENCY)
             .shutdown_grace(Duration::from_secs(5));
         if serial {

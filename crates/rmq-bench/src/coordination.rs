@@ -164,7 +164,7 @@ async fn group_load(
     let _guard = cancel.clone().drop_guard();
     let mut members: Vec<Deliveries> = Vec::new();
     for _ in 0..size {
-        let mut b = topic.consumer().serial("load");
+        let mut b = crate::env::consumer(&topic).serial("load");
         if let Some(c) = coordination.coordinator(member_timeout).await? {
             b = b.coordinator(c);
         }

@@ -150,3 +150,10 @@ impl Env {
         Duration::from_secs(30) + Duration::from_micros(msgs.saturating_mul(1_000))
     }
 }
+
+/// A consumer of `topic`, taking on settle unless `RMQ_BENCH_TAKE_ON_SETTLE=off`
+/// (A/B of `ConsumerBuilder::take_on_settle` in any mode).
+pub(crate) fn consumer(topic: &rmq::Topic) -> rmq::ConsumerBuilder {
+    let on = std::env::var("RMQ_BENCH_TAKE_ON_SETTLE").map_or(true, |v| v != "off");
+    topic.consumer().take_on_settle(on)
+}

@@ -188,8 +188,7 @@ impl Case {
             let (seen, stop) = (seen.clone(), cancel.clone());
             consumers.spawn(async move {
                 let _client = client;
-                topic
-                    .consumer()
+                crate::env::consumer(&topic)
                     .concurrency(16)
                     .run(stop, move |r| {
                         let seen = seen.clone();

@@ -129,8 +129,7 @@ async fn member(
     stop: CancellationToken,
     coordination: &Coordination,
 ) -> Result<JoinHandle<rmq::Result<RunReport>>> {
-    let mut b = topic
-        .consumer()
+    let mut b = crate::env::consumer(topic)
         .concurrency(16)
         .shutdown_grace(Duration::from_secs(5))
         .serial(group)

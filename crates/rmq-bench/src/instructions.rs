@@ -12,7 +12,9 @@
 //! Phases, on one priority topic of 16 slots: `send batch=64`, `consume
 //! batch=64` (concurrency 64, every message acked), `send single` (one
 //! message per call, 16 senders), `consume single` (batch 1, concurrency
-//! 16). 20,000 messages per phase at scale 1, after a warm-up round of
+//! 16), `send batch=64 again` (for the next phase), `consume
+//! concurrency=1` (one handler: with take on settle, one call per
+//! message). 20,000 messages per phase at scale 1, after a warm-up round of
 //! 64 (script loads and connections are not counted). A consume phase
 //! includes its consumer's start-up survey of the 16 slots and Redis's own
 //! timer work while the phase runs (small beside 20,000 messages, large
@@ -172,14 +174,19 @@ enum Phase {
     ConsumeBatch,
     SendSingle,
     ConsumeSingle,
+    /// A batch send again, for the next phase to consume.
+    SendBatchAgain,
+    ConsumeOne,
 }
 
 impl Phase {
-    const ALL: [Phase; 4] = [
+    const ALL: [Phase; 6] = [
         Phase::SendBatch,
         Phase::ConsumeBatch,
         Phase::SendSingle,
         Phase::ConsumeSingle,
+        Phase::SendBatchAgain,
+        Phase::ConsumeOne,
     ];
 
     fn label(self) -> &'static str {
@@ -188,16 +195,19 @@ impl Phase {
             Phase::ConsumeBatch => "consume batch=64",
             Phase::SendSingle => "send single",
             Phase::ConsumeSingle => "consume single",
+            Phase::SendBatchAgain => "send batch=64 again",
+            Phase::ConsumeOne => "consume concurrency=1",
         }
     }
 
     async fn run(self, topic: &Topic, n: u64) -> Result<()> {
         let kind = TopicKind::Priority;
         match self {
-            Phase::SendBatch => send_all(topic, kind, n, 64).await,
+            Phase::SendBatch | Phase::SendBatchAgain => send_all(topic, kind, n, 64).await,
             Phase::SendSingle => send_concurrently(topic, kind, n, 16).await,
             Phase::ConsumeBatch => consume(topic, n, 64, 64).await,
             Phase::ConsumeSingle => consume(topic, n, 16, 1).await,
+            Phase::ConsumeOne => consume(topic, n, 1, 1).await,
         }
     }
 }
@@ -207,8 +217,7 @@ async fn consume(topic: &Topic, n: u64, concurrency: usize, batch: usize) -> Res
     let acked = Arc::new(AtomicU64::new(0));
     let stop = CancellationToken::new();
     let (count, done) = (acked.clone(), stop.clone());
-    topic
-        .consumer()
+    crate::env::consumer(topic)
         .concurrency(concurrency)
         .batch(batch)
         .run(stop, move |_| {

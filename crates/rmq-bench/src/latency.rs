@@ -62,8 +62,7 @@ pub(crate) async fn latency(env: &Env, client: Client, background: bool) -> Resu
             anyhow::Ok(())
         });
         let acked = bg_acked.clone();
-        let consumer = bg
-            .consumer()
+        let consumer = crate::env::consumer(&bg)
             .concurrency(128)
             .batch(64)
             .shutdown_grace(Duration::from_secs(5));
@@ -97,8 +96,7 @@ pub(crate) async fn latency(env: &Env, client: Client, background: bool) -> Resu
     let samples: Arc<Mutex<Vec<(i64, i64)>>> = Arc::new(Mutex::new(Vec::new()));
     let s2 = samples.clone();
     let run = tokio::spawn(
-        topic
-            .consumer()
+        crate::env::consumer(&topic)
             .concurrency(16)
             .shutdown_grace(Duration::from_secs(5))
             .run(cancel.clone(), move |r| {

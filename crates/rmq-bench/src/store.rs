@@ -245,7 +245,9 @@ async fn latency(
         .define_topic(TopicSpec::new("latency", TopicKind::Priority).slots(16))
         .await?;
     let topic = client.topic("latency").await?;
-    let mut deliveries = topic.consumer().concurrency(16).stream(stop.clone());
+    let mut deliveries = crate::env::consumer(&topic)
+        .concurrency(16)
+        .stream(stop.clone());
     let consumer = tokio::spawn(async move {
         let mut got = Vec::with_capacity(samples);
         while got.len() < samples {

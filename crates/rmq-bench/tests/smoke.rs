@@ -133,7 +133,9 @@ fn instructions_mode_counts_redis_work_per_phase() {
             "send batch=64",
             "consume batch=64",
             "send single",
-            "consume single"
+            "consume single",
+            "send batch=64 again",
+            "consume concurrency=1"
         ],
         "{stderr}"
     );

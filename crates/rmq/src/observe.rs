@@ -16,7 +16,10 @@
 //!   permits, and takes of marks, that woke the consumer), `rmq_marks_handed_back_total` (marks of work a consumer could
 //!   not serve soon, given back to the others), `rmq_pops_total` (`outcome`:
 //!   taken or empty; the fetch loop's pop calls, one per slot, so that
-//!   empty pops per delivery show how often consumers wake for nothing).
+//!   empty pops per delivery show how often consumers wake for nothing),
+//!   `rmq_takes_on_settle_total` (`outcome`: taken or empty; takes made
+//!   inside a settle call, by deliveries that ended and handed on their
+//!   room: no round trip of their own).
 //! - `rmq_redis_call_duration_seconds` (`script`: send, pop, settle, ...):
 //!   one round trip to Redis, a pipeline of calls of that script (the one
 //!   metric labelled by script rather than topic: a round trip may serve
@@ -78,6 +81,12 @@ pub(crate) fn fenced(topic: &str) {
 pub(crate) fn popped(topic: &str, taken: bool) {
     let outcome = if taken { "taken" } else { "empty" };
     counter!("rmq_pops_total", "topic" => topic.to_string(), "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn taken_on_settle(topic: &str, taken: bool) {
+    let outcome = if taken { "taken" } else { "empty" };
+    counter!("rmq_takes_on_settle_total", "topic" => topic.to_string(), "outcome" => outcome)
+        .increment(1);
 }
 
 pub(crate) fn marks_handed_back(topic: &str, n: usize) {

@@ -1,4 +1,5 @@
-//! Property test: random sequences of send / take / ack / nack / dead /
+//! Property test: random sequences of send / take / ack / ack-and-take
+//! (one call: the ack, then the slot's next messages) / nack / dead /
 //! release / extend / consumer crash (deliveries abandoned, their leases
 //! expire and the next take reclaims them) / cancel / reschedule / pause /
 //! resume against a plain in-memory model of one priority slot. After
@@ -40,6 +41,9 @@ enum Op {
     Release(usize),
     /// Acks everything in hand at once (one batched settle call).
     AckAll,
+    /// Acks a delivery in hand and takes up to `n` of the slot's next
+    /// messages in the same call.
+    AckTake(usize, usize),
     /// Extends the lease of a delivery in hand (by the lease).
     Extend(usize),
     /// The consumer dies: every delivery in hand is abandoned without a
@@ -66,6 +70,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Dead),
         1 => any::<usize>().prop_map(Op::Release),
         1 => Just(Op::AckAll),
+        2 => (any::<usize>(), 1usize..4).prop_map(|(i, n)| Op::AckTake(i, n)),
         3 => (0u8..3).prop_map(|key| Op::Cancel { key }),
         2 => (0u8..3, 0u32..3).prop_map(|(key, prio)| Op::Reschedule { key, prio }),
         1 => Just(Op::Pause),
@@ -485,6 +490,45 @@ fn an_in_flight_cap_trims_takes_and_changes_nothing_else() {
     );
 }
 
+/// What a take got must be the model's next messages, in order; and each
+/// delivery's stable id must name exactly one message version (`ids`:
+/// stable id -> version; `versions`: version -> stable id).
+fn check_taken(
+    got: &[Delivery],
+    want: Vec<(String, Rec)>,
+    ids: &mut BTreeMap<String, (u64, String)>,
+    versions: &mut BTreeMap<(u64, String), String>,
+) -> Result<(), TestCaseError> {
+    let g: Vec<_> = got
+        .iter()
+        .map(|d| {
+            (
+                text(&d.key),
+                text(&d.payload),
+                d.priority.unwrap_or(99),
+                d.attempt,
+            )
+        })
+        .collect();
+    let versions_taken: Vec<(u64, String)> = want
+        .iter()
+        .map(|(_, r)| (r.ident, r.payload.clone()))
+        .collect();
+    let w: Vec<_> = want
+        .into_iter()
+        .map(|(k, r)| (k, r.payload, r.prio, r.attempts))
+        .collect();
+    prop_assert_eq!(g, w, "take order");
+    for (d, version) in got.iter().zip(versions_taken) {
+        let id = d.stable_id();
+        let named = ids.entry(id.clone()).or_insert(version.clone());
+        prop_assert_eq!(&*named, &version, "stable id {} names two messages", id);
+        let had = versions.entry(version).or_insert(id.clone());
+        prop_assert_eq!(&*had, &id, "one message, two stable ids");
+    }
+    Ok(())
+}
+
 fn run_model(
     cases: u32,
     max_ops: usize,
@@ -577,38 +621,7 @@ fn run_model(
                                     model.take(got.len())
                                 }
                             };
-                            let g: Vec<_> = got
-                                .iter()
-                                .map(|d| {
-                                    (
-                                        text(&d.key),
-                                        text(&d.payload),
-                                        d.priority.unwrap_or(99),
-                                        d.attempt,
-                                    )
-                                })
-                                .collect();
-                            let versions_taken: Vec<(u64, String)> = want
-                                .iter()
-                                .map(|(_, r)| (r.ident, r.payload.clone()))
-                                .collect();
-                            let w: Vec<_> = want
-                                .into_iter()
-                                .map(|(k, r)| (k, r.payload, r.prio, r.attempts))
-                                .collect();
-                            prop_assert_eq!(g, w, "take order");
-                            for (d, version) in got.iter().zip(versions_taken) {
-                                let id = d.stable_id();
-                                let named = ids.entry(id.clone()).or_insert(version.clone());
-                                prop_assert_eq!(
-                                    &*named,
-                                    &version,
-                                    "stable id {} names two messages",
-                                    id
-                                );
-                                let had = versions.entry(version).or_insert(id.clone());
-                                prop_assert_eq!(&*had, &id, "one message, two stable ids");
-                            }
+                            check_taken(&got, want, &mut ids, &mut versions)?;
                             hand.extend(got);
                         }
                         Op::Ack(i) | Op::Nack(i) | Op::Dead(i) | Op::Release(i)
@@ -638,6 +651,20 @@ fn run_model(
                                     model.release(&key);
                                 }
                             }
+                        }
+                        Op::AckTake(i, n) if !hand.is_empty() => {
+                            let d = hand.remove(i % hand.len());
+                            let key = text(&d.key);
+                            let got = d.ack_and_take(n).await.unwrap();
+                            model.ack(&key);
+                            // A capped topic's take needs permits first: it
+                            // only acks.
+                            let want = match cap {
+                                None => model.take(n),
+                                Some(_) => Vec::new(),
+                            };
+                            check_taken(&got, want, &mut ids, &mut versions)?;
+                            hand.extend(got);
                         }
                         Op::AckAll => {
                             let all = std::mem::take(&mut hand);

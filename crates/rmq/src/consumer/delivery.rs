@@ -12,6 +12,7 @@ use std::ops::Deref;
 use std::pin::Pin;
 use std::time::Duration;
 
+use super::chain::Taker;
 use super::fetcher::Held;
 use super::pool::Probe;
 use super::settler::{Op, Settled, Settler};
@@ -44,6 +45,9 @@ pub struct Delivery {
     cap: Option<String>,
     /// In a pool: reports how long the delivery took and how it ended.
     probe: Option<Probe>,
+    /// How many takes on settle in a row led to this delivery (0: the
+    /// fetch loop took it).
+    run: u32,
 }
 
 impl std::fmt::Debug for Delivery {
@@ -78,7 +82,15 @@ impl Delivery {
             _permit: permit,
             cap: None,
             probe: None,
+            run: 0,
         }
+    }
+
+    /// It was taken by the end of another delivery, the `run`th take on
+    /// settle in a row (see `chain.rs`).
+    pub(crate) fn taken_on_settle(mut self, run: u32) -> Self {
+        self.run = run;
+        self
     }
 
     /// In a pool: the delivery reports its end to its topic's gate.
@@ -178,13 +190,16 @@ impl Delivery {
                 Op::Release | Op::Extend { .. } => None,
             });
         }
+        // Its room (and claim) may take the slot's next message in the
+        // same call: on the first try only (a retry takes nothing).
+        let mut take = self.taker(&op);
         let m = &self.msg;
         let mut wait = Duration::from_millis(50);
         let mut retried = false;
         loop {
             match self
                 .settler
-                .settle(m.slot, m.id.clone(), self.fence(), op.clone())
+                .settle(m.slot, m.id.clone(), self.fence(), op.clone(), take.take())
                 .await
             {
                 Err(e) if e.is_retryable() && wait < Duration::from_secs(4) => {
@@ -214,10 +229,109 @@ impl Delivery {
         }
     }
 
+    /// What this delivery hands to its end's settle so that the call takes
+    /// the slot's next message (`chain.rs`): its room and, in serial mode,
+    /// its claim on the slot. None for an extension or a release (the
+    /// consumer is stopping, or the message was not handled), for a
+    /// delivery taken by hand, at the end of a run of [`MAX_RUN`] takes, and
+    /// where the consumer's ends may not take.
+    ///
+    /// [`MAX_RUN`]: super::chain::MAX_RUN
+    fn taker(&mut self, op: &Op) -> Option<Taker> {
+        let ends = matches!(op, Op::Ack | Op::Nack { .. } | Op::Dead { .. });
+        // A serial delivery takes under its claim, or not at all.
+        let claimed = self.fence.is_none() || self.claim.is_some();
+        let run_over = self.run >= super::chain::MAX_RUN;
+        if !ends || !claimed || run_over || self._permit.is_none() || !self.settler.may_take() {
+            return None;
+        }
+        Some(Taker {
+            held: self._permit.take()?,
+            claim: self.claim.take(),
+            run: self.run,
+        })
+    }
+
     /// Done: the message is removed. A duplicate that arrived meanwhile is
     /// pending now.
     pub async fn ack(self) -> Result<()> {
         self.end(Op::Ack).await.map(|_| ())
+    }
+
+    /// Done, and up to `max` of the same slot's next due messages taken in
+    /// the same call (one round trip): for messages taken by hand
+    /// ([`Topic::take`](crate::Topic::take)), which end one at a time. (A
+    /// consumer's deliveries do this by themselves: see
+    /// [`ConsumerBuilder::take_on_settle`](crate::ConsumerBuilder::take_on_settle).)
+    /// Serial mode takes under the same fence, one message at most. On a
+    /// topic with a rate limit or an in-flight cap it only acks (their
+    /// tokens and permits come first: use `Topic::take` there), and so it
+    /// does while better work waits in another slot, unannounced (a mark,
+    /// see the README). An error leaves the delivery to its lease, as
+    /// [`Delivery::ack`] does after its retries.
+    pub async fn ack_and_take(mut self, max: usize) -> Result<Vec<Delivery>> {
+        let topic = self.settler.topic().clone();
+        let spec = topic.cached().spec.clone();
+        if max == 0 || spec.rate_per_sec > 0 || spec.max_in_flight > 0 || self.cap.is_some() {
+            return self.ack().await.map(|()| Vec::new());
+        }
+        self.ended = true;
+        if let Some(p) = self.probe.take() {
+            p.end(Some(true));
+        }
+        let settings = topic.settings().await?;
+        let slot = self.msg.slot;
+        let max = if self.fence.is_some() {
+            1
+        } else {
+            max.min(1_000)
+        };
+        let fence = self.fence();
+        let (id, cmd) = crate::scripts::settle::SettleRequest {
+            keys: &topic.slot_keys(slot),
+            topic: &settings.args,
+            channel: &topic.channel_for(slot),
+            slot,
+            fence: fence.as_ref().map(|f| (&*f.owner, f.epoch)),
+            ops: vec![(self.msg.id.as_slice(), &Op::Ack)],
+            take: Some(max),
+        }
+        .call();
+        let answer =
+            crate::scripts::settle::taken_outcomes(topic.redis().run_one(id, cmd).await?, 1);
+        if let Some(mark) = answer.mark {
+            // Nobody here waits to serve it: it goes back to those who do.
+            super::marks::hand_back(&topic, &[mark]).await;
+        }
+        let acked = answer.settled.into_iter().next().unwrap_or_else(|| {
+            Err(Error::new(
+                ErrorKind::StaleDelivery,
+                "no outcome for the ack",
+            ))
+        });
+        if let Err(e) = acked {
+            if e.kind() == ErrorKind::Fenced {
+                crate::observe::fenced(topic.name());
+            }
+            return Err(e);
+        }
+        let Some(reply) = answer.taken else {
+            topic.give_back_room_later(1);
+            return Ok(Vec::new());
+        };
+        let popped = super::pop::parse_pop(&topic.spec, slot, reply);
+        topic.give_back_room_later(1 + popped.ended);
+        Ok(popped
+            .messages
+            .into_iter()
+            .map(|m| {
+                let d = Delivery::new_detached(m, self.settler.clone());
+                match &fence {
+                    Some(f) => d.with_fence(f.clone()),
+                    None => d,
+                }
+            })
+            .collect())
     }
 
     /// Failed: retried after `delay` (the topic's backoff when `None`),
@@ -266,7 +380,7 @@ impl Delivery {
             .unwrap_or(u64::MAX)
             .clamp(1, crate::message::MAX_SPAN_MS);
         self.settler
-            .settle(m.slot, m.id.clone(), self.fence(), Op::Extend { ms })
+            .settle(m.slot, m.id.clone(), self.fence(), Op::Extend { ms }, None)
             .await?;
         if let Some(token) = &self.cap {
             self.settler.extend_permit(token, ms).await?;

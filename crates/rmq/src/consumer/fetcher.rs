@@ -27,7 +27,7 @@ use crate::error::ErrorKind;
 use crate::group::{Claim, Fence};
 use crate::message::Received;
 use crate::scripts::rate::Granted;
-use crate::topic::{Topic, TopicKind};
+use crate::topic::Topic;
 
 /// Where a fetch loop gets room for deliveries: its own semaphore (its
 /// concurrency, or in a pool its topic's share) and, in a pool, the pool's
@@ -82,7 +82,7 @@ pub(crate) struct FetchConfig {
 /// How long a busy consumer waits to fill half a batch.
 const GATHER: Duration = Duration::from_millis(1);
 /// Slots popped per round at most (time-based topics, or serial mode).
-const FANOUT: usize = 8;
+pub(crate) const FANOUT: usize = 8;
 
 /// Runs the fetch loop until `fetcher.cancel` fires (the marks waiter then
 /// hands back the marks the consumer still holds: `marks.rs`).
@@ -427,11 +427,7 @@ impl Fetcher {
     /// Slots popped per round at most: one for a parallel consumer of a
     /// priority topic (the best slot first), else [`FANOUT`].
     fn fanout(&self) -> usize {
-        if self.topic.kind() == TopicKind::Priority && !self.serial {
-            1
-        } else {
-            FANOUT
-        }
+        super::chain::fanout_of(self.topic.kind(), self.serial, FANOUT)
     }
 
     /// Waits for slots with work: surveys slots it knows nothing of, then

@@ -18,6 +18,7 @@
 //! messages; `run` then waits up to the grace period for running handlers
 //! and releases (gives back, uncounted) whatever did not start or finish.
 
+mod chain;
 mod delivery;
 mod fetcher;
 mod heads;
@@ -63,6 +64,7 @@ pub struct ConsumerBuilder {
     grace: Duration,
     serial: Option<SerialConfig>,
     coordinator: Option<Arc<dyn Coordinator>>,
+    take_on_settle: bool,
     /// In a [`Pool`]: the topic's gate (its share of the pool).
     gate: Option<Arc<pool::Gate>>,
     /// In a [`Pool`]: the pool's slots, shared by its topics.
@@ -87,6 +89,7 @@ impl Topic {
             grace: Duration::from_secs(30),
             serial: None,
             coordinator: None,
+            take_on_settle: true,
             gate: None,
             pool: None,
         }
@@ -119,6 +122,17 @@ impl ConsumerBuilder {
     /// `run`: extend the lease of a handler that runs long (default on).
     pub fn auto_extend(mut self, on: bool) -> Self {
         self.auto_extend = on;
+        self
+    }
+    /// Whether a delivery that ends (ack, nack, dead letter) takes its
+    /// slot's next due message in the same call (default on): a consumer
+    /// at concurrency 1 makes one round trip per message, not two. It
+    /// takes only where the fetch loop would: not on a topic with a rate
+    /// limit or an in-flight cap, and only from a slot that ranks among
+    /// the next the consumer would pop (best priority, or earliest due).
+    /// Off: every message is taken by the fetch loop, as before.
+    pub fn take_on_settle(mut self, on: bool) -> Self {
+        self.take_on_settle = on;
         self
     }
     /// `run`: how long to wait for running handlers at shutdown; default 30 s.
@@ -187,14 +201,29 @@ impl ConsumerBuilder {
             self.serial.as_ref().map(|_| member.clone()),
             marks,
         ));
-        let settler =
-            settler::Settler::spawn(self.topic.clone(), inflight::Permits::new(&self.topic));
         let permits = match &self.gate {
             Some(g) => g.sem.clone(),
             None => Arc::new(Semaphore::new(self.concurrency)),
         };
         let (tx, rx) = mpsc::channel(self.concurrency);
         let stop = cancel.child_token();
+        let chain = self.take_on_settle.then(|| {
+            Arc::new(chain::Chain {
+                shared: shared.clone(),
+                tx: tx.downgrade(),
+                gate: self.gate.clone(),
+                stop: stop.clone(),
+                fanout: chain::fanout_of(spec.kind, self.serial.is_some(), fetcher::FANOUT)
+                    .min(self.concurrency),
+                rescan: self.rescan,
+                last_turn: std::sync::Mutex::new(std::time::Instant::now()),
+            })
+        });
+        let settler = settler::Settler::spawn_with(
+            self.topic.clone(),
+            inflight::Permits::new(&self.topic),
+            chain,
+        );
         tokio::spawn(wake::listen(
             self.topic.clone(),
             shared.clone(),

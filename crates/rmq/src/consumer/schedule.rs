@@ -113,6 +113,10 @@ pub(crate) struct Schedule {
     marks: bool,
 }
 
+/// How much earlier another slot's work must be due for a take on settle
+/// to leave it to the fetch loop (ms; as `SLACK_MS` in settle_take.lua).
+pub(crate) const SLACK_MS: i64 = 100;
+
 pub(crate) fn local_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -520,6 +524,47 @@ impl Schedule {
             // Earliest due first: the order `by_next` keeps.
             _ => due.take(limit).collect(),
         }
+    }
+
+    /// Whether fewer than `fanout` other slots with work now (of
+    /// `allowed`, when given) come before `slot`: a higher known priority
+    /// class, or due more than [`SLACK_MS`] earlier. Taking a slot's next
+    /// message as its delivery ends (`chain.rs`) then keeps the order the
+    /// fetch loop keeps between priorities, and due times within
+    /// [`SLACK_MS`], instead of draining one slot while better work waits.
+    pub(crate) fn ranks_among_next(
+        &self,
+        slot: u32,
+        fanout: usize,
+        allowed: Option<&HashSet<u32>>,
+    ) -> bool {
+        let now = self.server_now();
+        let Some(mine) = self.slots.get(slot as usize) else {
+            return false;
+        };
+        let other = |s: u32| s != slot && allowed.is_none_or(|a| a.contains(&s));
+        let due = self.by_next.range(..=(now, u32::MAX));
+        let before = match self.kind {
+            // Equal priorities of two slots have no order between them
+            // (each slot's FIFO part counts its own sends).
+            TopicKind::Priority => {
+                let class = |best: Option<i64>| best.map(|b| b >> 32);
+                let mine = class(mine.best);
+                due.filter(|&&(_, s)| other(s) && class(self.slots[s as usize].best) > mine)
+                    .take(fanout)
+                    .count()
+            }
+            // `by_next` is in due-time order: those due SLACK_MS or more
+            // before its own next.
+            _ => {
+                let own = mine.next.map_or(i64::MAX, |n| n.saturating_sub(SLACK_MS));
+                due.take_while(|&&(n, _)| n < own)
+                    .filter(|&&(_, s)| other(s))
+                    .take(fanout)
+                    .count()
+            }
+        };
+        before < fanout
     }
 
     /// Milliseconds until the earliest known event (None: nothing known).

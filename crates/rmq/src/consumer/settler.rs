@@ -9,6 +9,12 @@
 //! delivery's end is recorded. On a bounded topic it also gives back one
 //! unit of room per message that ended (acked, dead, superseded by its
 //! duplicate, cancelled), in the same round trip as the frees.
+//!
+//! A consumer's ends may also take (`chain.rs`): a delivery that ends hands
+//! its room for one message (and in serial mode its claim on the slot) to
+//! its settle, whose call then takes the slot's next due messages too
+//! (`settle_take.lua`). Those are handed out as deliveries from here, so a
+//! consumer at concurrency 1 makes one round trip per message.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +22,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::chain::{Chain, Taker};
 use super::inflight::{Permits, MARGIN_MS};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -48,6 +55,8 @@ pub(crate) struct Request {
     pub(crate) fence: Option<Fence>,
     pub(crate) op: Op,
     pub(crate) reply: Option<oneshot::Sender<Result<Settled>>>,
+    /// Room (and serial mode's claim) for a message taken in the same call.
+    pub(crate) take: Option<Taker>,
 }
 
 /// What the settling task is asked to do.
@@ -63,13 +72,55 @@ pub(crate) struct Settler {
     tx: mpsc::UnboundedSender<Job>,
     topic: Topic,
     permits: Arc<Permits>,
+    /// A consumer's settler: where the messages its ends take go.
+    chain: Option<Arc<Chain>>,
 }
 
 impl Settler {
+    /// A settler whose ends take nothing (taking by hand, `take.rs`).
     pub(crate) fn spawn(topic: Topic, permits: Arc<Permits>) -> Settler {
+        Settler::spawn_with(topic, permits, None)
+    }
+
+    /// A consumer's settler: ends may take the slot's next messages and
+    /// hand them out through `chain`.
+    pub(crate) fn spawn_with(
+        topic: Topic,
+        permits: Arc<Permits>,
+        chain: Option<Arc<Chain>>,
+    ) -> Settler {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(topic.clone(), permits.clone(), rx));
-        Settler { tx, topic, permits }
+        let settler = Settler {
+            tx,
+            topic,
+            permits,
+            chain,
+        };
+        // The task makes deliveries of what the ends took, each with a
+        // handle like this one; a weak one, so that the task still ends
+        // once every handle is gone.
+        tokio::spawn(run(settler.weak(), rx));
+        settler
+    }
+
+    fn weak(&self) -> WeakSettler {
+        WeakSettler {
+            tx: self.tx.downgrade(),
+            topic: self.topic.clone(),
+            permits: self.permits.clone(),
+            chain: self.chain.clone(),
+        }
+    }
+
+    /// Whether an end of a delivery may take the slot's next messages in
+    /// the same call now (`chain.rs` says when).
+    pub(crate) fn may_take(&self) -> bool {
+        self.chain.as_ref().is_some_and(|c| c.open(&self.topic))
+    }
+
+    /// The topic it settles for.
+    pub(crate) fn topic(&self) -> &Topic {
+        &self.topic
     }
 
     /// This consumer's in-flight cap permits.
@@ -99,6 +150,7 @@ impl Settler {
         id: Vec<u8>,
         fence: Option<Fence>,
         op: Op,
+        take: Option<Taker>,
     ) -> Result<Settled> {
         let (reply, rx) = oneshot::channel();
         self.tx
@@ -108,6 +160,7 @@ impl Settler {
                 fence,
                 op,
                 reply: Some(reply),
+                take,
             }))
             .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer has stopped"))?;
         rx.await
@@ -122,11 +175,35 @@ impl Settler {
             fence,
             op,
             reply: None,
+            take: None,
         }));
     }
 }
 
-async fn run(topic: Topic, permits: Arc<Permits>, mut rx: mpsc::UnboundedReceiver<Job>) {
+/// The settling task's own handle: a settler that does not keep the task
+/// alive, upgraded to a [`Settler`] for each delivery it makes.
+pub(crate) struct WeakSettler {
+    tx: mpsc::WeakUnboundedSender<Job>,
+    pub(crate) topic: Topic,
+    permits: Arc<Permits>,
+    pub(crate) chain: Option<Arc<Chain>>,
+}
+
+impl WeakSettler {
+    /// A handle for a new delivery (None once every other handle is gone:
+    /// then nobody could end it).
+    pub(crate) fn upgrade(&self) -> Option<Settler> {
+        Some(Settler {
+            tx: self.tx.upgrade()?,
+            topic: self.topic.clone(),
+            permits: self.permits.clone(),
+            chain: self.chain.clone(),
+        })
+    }
+}
+
+async fn run(me: WeakSettler, mut rx: mpsc::UnboundedReceiver<Job>) {
+    let (topic, permits) = (me.topic.clone(), me.permits.clone());
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         // Drain what is queued; while the batch is small, let the tasks that
@@ -153,7 +230,7 @@ async fn run(topic: Topic, permits: Arc<Permits>, mut rx: mpsc::UnboundedReceive
         }
         let mut ended = 0;
         if !settles.is_empty() {
-            ended = flush(&topic, settles).await;
+            ended = flush(&me, settles).await;
         }
         free(&topic, &permits, tokens, ended).await;
     }
@@ -202,9 +279,23 @@ fn ends_message(op: &Op, outcome: &Result<Settled>) -> bool {
     }
 }
 
-/// Sends the settles, one call per slot and fence, all in one pipeline;
-/// returns how many messages they ended.
-async fn flush(topic: &Topic, batch: Vec<Request>) -> u64 {
+/// One call's settles, and what it may take.
+struct Group {
+    slot: u32,
+    requests: Vec<Request>,
+    /// The room (and claims) its ends handed on; dropped once it answered
+    /// when the call does not take (or took fewer).
+    takers: Vec<Taker>,
+    /// The notice generation when it was sent, when the call takes.
+    taking_since: Option<u64>,
+}
+
+/// Sends the settles, one call per slot and fence, all in one pipeline
+/// (a call that may take takes one message per ending delivery that handed
+/// on its room), hands out what they took; returns how many messages they
+/// ended (and expired leases their takes rolled back that ended theirs).
+async fn flush(me: &WeakSettler, batch: Vec<Request>) -> u64 {
+    let topic = &me.topic;
     // One call per slot and fence (serial deliveries carry their lease epoch).
     let mut by_slot: BTreeMap<(u32, Option<FenceKey>), Vec<Request>> = BTreeMap::new();
     for r in batch {
@@ -212,7 +303,7 @@ async fn flush(topic: &Topic, batch: Vec<Request>) -> u64 {
         by_slot.entry((r.slot, f)).or_default().push(r);
     }
     let mut calls = Vec::new();
-    let mut groups: Vec<Vec<Request>> = Vec::new();
+    let mut groups: Vec<Group> = Vec::new();
     for ((slot, fence), reqs) in by_slot {
         let keys = topic.slot_keys(slot);
         let channel = topic.channel_for(slot);
@@ -220,7 +311,15 @@ async fn flush(topic: &Topic, batch: Vec<Request>) -> u64 {
         let mut reqs = reqs;
         while !reqs.is_empty() {
             let rest = reqs.split_off(reqs.len().min(PER_CALL));
-            let chunk = std::mem::replace(&mut reqs, rest);
+            let mut chunk = std::mem::replace(&mut reqs, rest);
+            let takers: Vec<Taker> = chunk.iter_mut().filter_map(|r| r.take.take()).collect();
+            let taking_since = me
+                .chain
+                .as_ref()
+                .filter(|c| {
+                    !takers.is_empty() && c.may_take_from(topic, slot, fence.as_ref().map(|f| f.1))
+                })
+                .map(|c| c.sending(slot));
             calls.push(
                 SettleRequest {
                     keys: &keys,
@@ -229,13 +328,20 @@ async fn flush(topic: &Topic, batch: Vec<Request>) -> u64 {
                     slot,
                     fence: fence.as_ref().map(|(owner, epoch)| (&**owner, *epoch)),
                     ops: chunk.iter().map(|r| (r.id.as_slice(), &r.op)).collect(),
+                    take: taking_since.map(|_| takers.len()),
                 }
                 .call(),
             );
-            groups.push(chunk);
+            groups.push(Group {
+                slot,
+                requests: chunk,
+                takers,
+                taking_since,
+            });
         }
     }
-    let span = crate::observe::settle_span(topic.name(), groups.iter().map(Vec::len).sum());
+    let span =
+        crate::observe::settle_span(topic.name(), groups.iter().map(|g| g.requests.len()).sum());
     let replies = {
         use tracing::Instrument;
         topic.redis().run(calls).instrument(span).await
@@ -245,24 +351,40 @@ async fn flush(topic: &Topic, batch: Vec<Request>) -> u64 {
         Ok(replies) => {
             for (reply, group) in replies.into_iter().zip(groups) {
                 match reply {
-                    Ok(v) => {
-                        let outcomes = settle::outcomes(v, group.len());
-                        for (r, res) in group.into_iter().zip(outcomes) {
-                            ended += u64::from(ends_message(&r.op, &res));
-                            if let Some(tx) = r.reply {
-                                let _ = tx.send(res);
-                            }
-                        }
-                    }
-                    Err(e) => reply_all(group, &e),
+                    Ok(v) => ended += answer(me, group, v),
+                    Err(e) => reply_all(group.requests, &e),
                 }
             }
         }
         Err(e) => {
             tracing::warn!("settling failed: {e}");
             for g in groups {
-                reply_all(g, &e);
+                reply_all(g.requests, &e);
             }
+        }
+    }
+    ended
+}
+
+/// Hands out what one call took, then tells each settle its outcome;
+/// returns how many messages the call ended (see [`flush`]).
+fn answer(me: &WeakSettler, group: Group, reply: redis::Value) -> u64 {
+    let n = group.requests.len();
+    let (outcomes, mut ended) = match (group.taking_since, &me.chain) {
+        (Some(since), Some(chain)) => {
+            let answer = settle::taken_outcomes(reply, n);
+            if let Some((slot, v)) = answer.mark {
+                chain.marked(&me.topic, slot, v);
+            }
+            let rolled_back = chain.hand_out(me, group.slot, since, answer.taken, group.takers);
+            (answer.settled, rolled_back)
+        }
+        _ => (settle::outcomes(reply, n), 0),
+    };
+    for (r, res) in group.requests.into_iter().zip(outcomes) {
+        ended += u64::from(ends_message(&r.op, &res));
+        if let Some(tx) = r.reply {
+            let _ = tx.send(res);
         }
     }
     ended

@@ -65,6 +65,15 @@ impl Ownership {
         })
     }
 
+    /// Whether this consumer may take more of `slot` at `epoch` once its
+    /// delivery out ends: owned at that epoch, still valid, not leaving
+    /// (a slot to hand over is released once idle, never fed).
+    pub(crate) fn keeps(&self, slot: u32, epoch: u64) -> bool {
+        self.slots
+            .get(&slot)
+            .is_some_and(|o| o.epoch == epoch && !o.leaving && o.valid_until > Instant::now())
+    }
+
     /// Owned slots with nothing out, still valid.
     pub(crate) fn takeable(&self) -> HashSet<u32> {
         let now = Instant::now();

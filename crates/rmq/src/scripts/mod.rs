@@ -5,7 +5,8 @@
 //! line (`layout`, `records`, `notify`, `lifecycle`, `fence`), which are
 //! put before the body at build time (Lua has no includes), and
 //! open with a `#!lua` line, so a cluster refuses any key outside the hash
-//! slot of the keys they declare. One script is flagged
+//! slot of the keys they declare. `settle_take.lua` runs settle's body
+//! then pop's (the `ending` and `take` includes) in one call. One script is flagged
 //! `allow-cross-slot-keys`: `renew.lua` renews one member's leases on one
 //! master in one call (its header says how it stays safe).
 //! [`Redis::run`](crate::conn::Redis::run) loads scripts on NOSCRIPT (after
@@ -31,12 +32,14 @@ pub(crate) mod settle;
 
 /// The helpers scripts share, one include per concern, in the order they
 /// are put before a script's body (a later one may use an earlier one).
-const INCLUDES: [(&str, &str); 5] = [
+const INCLUDES: [(&str, &str); 7] = [
     ("layout", include_str!("lua/layout.lua")),
     ("records", include_str!("lua/records.lua")),
     ("notify", include_str!("lua/notify.lua")),
     ("lifecycle", include_str!("lua/lifecycle.lua")),
     ("fence", include_str!("lua/fence.lua")),
+    ("take", include_str!("lua/take.lua")),
+    ("ending", include_str!("lua/ending.lua")),
 ];
 /// Wraps the body of a script that may run twice (see `lua/memo.lua`).
 const MEMO: &str = include_str!("lua/memo.lua");
@@ -74,6 +77,7 @@ pub(crate) enum ScriptId {
     Send,
     Pop,
     Settle,
+    SettleTake,
     Stats,
     Peek,
     DeadList,
@@ -98,10 +102,11 @@ pub(crate) enum ScriptId {
 }
 
 impl ScriptId {
-    pub(crate) const ALL: [ScriptId; 24] = [
+    pub(crate) const ALL: [ScriptId; 25] = [
         ScriptId::Send,
         ScriptId::Pop,
         ScriptId::Settle,
+        ScriptId::SettleTake,
         ScriptId::Stats,
         ScriptId::Peek,
         ScriptId::DeadList,
@@ -133,6 +138,8 @@ impl ScriptId {
             ScriptId::Pop => ("#!lua flags=allow-oom", include_str!("lua/pop.lua")),
             // Settling frees memory: it must work when Redis is at maxmemory.
             ScriptId::Settle => ("#!lua flags=allow-oom", include_str!("lua/settle.lua")),
+            // A settle, then a pop: both are allowed at maxmemory.
+            ScriptId::SettleTake => ("#!lua flags=allow-oom", include_str!("lua/settle_take.lua")),
             ScriptId::Stats => ("#!lua flags=no-writes", include_str!("lua/stats.lua")),
             ScriptId::Peek => ("#!lua flags=no-writes", include_str!("lua/peek.lua")),
             ScriptId::DeadList => ("#!lua flags=no-writes", include_str!("lua/dead_list.lua")),
@@ -181,6 +188,7 @@ impl ScriptId {
             ScriptId::Send => "send",
             ScriptId::Pop => "pop",
             ScriptId::Settle => "settle",
+            ScriptId::SettleTake => "settle_take",
             ScriptId::Stats => "stats",
             ScriptId::Peek => "peek",
             ScriptId::DeadList => "dead_list",
@@ -216,6 +224,7 @@ impl ScriptId {
             ScriptId::Send
                 | ScriptId::Pop
                 | ScriptId::Settle
+                | ScriptId::SettleTake
                 | ScriptId::Lease
                 | ScriptId::Cancel
                 | ScriptId::Reschedule
@@ -252,6 +261,7 @@ impl ScriptId {
             ScriptId::Send
                 | ScriptId::Pop
                 | ScriptId::Settle
+                | ScriptId::SettleTake
                 | ScriptId::Reschedule
                 | ScriptId::Pause
                 | ScriptId::DeadRequeue
@@ -261,7 +271,16 @@ impl ScriptId {
     /// What a memoized script keeps of its answer, when not all of it.
     fn memo_codec(self) -> &'static str {
         match self {
-            ScriptId::Pop => include_str!("lua/pop_memo.lua"),
+            ScriptId::Pop => concat!(
+                include_str!("lua/pop_memo.lua"),
+                "memo_pack, memo_unpack = pop_pack, pop_unpack\n"
+            ),
+            // Its settle codes whole, its take as a pop's.
+            ScriptId::SettleTake => concat!(
+                include_str!("lua/pop_memo.lua"),
+                "memo_pack = function(a) return { a[1], a[2] and pop_pack(a[2]), a[3], a[4] } end\n",
+                "memo_unpack = function(k) return { k[1], k[2] and pop_unpack(k[2]), k[3], k[4] } end\n"
+            ),
             // Two keys of its own: the request key comes third.
             ScriptId::Room => "memo_key_at = 3",
             _ => "",

@@ -26,6 +26,25 @@ pub(crate) const ARGV: [&str; 12] = [
     "ops",
 ];
 
+/// `settle_take.lua`'s fixed ARGV: settle's first eleven, then what to
+/// take after the settle, then the operations (their args follow).
+pub(crate) const TAKE_ARGV: [&str; 14] = [
+    "kind",
+    "max_attempts",
+    "backoff_ms",
+    "backoff_max_ms",
+    "jitter",
+    "channel",
+    "slot",
+    "dead_max",
+    "owner",
+    "epoch",
+    "dead_ttl_ms",
+    "count",
+    "lease_ms",
+    "ops",
+];
+
 /// What to do with one delivery.
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
@@ -62,6 +81,9 @@ pub(crate) struct SettleRequest<'a> {
     pub(crate) fence: Option<(&'a str, u64)>,
     /// (delivery id, operation), in order.
     pub(crate) ops: Vec<(&'a [u8], &'a Op)>,
+    /// Then take up to this many of the slot's due messages in the same
+    /// call (`settle_take.lua`); None: settle only.
+    pub(crate) take: Option<usize>,
 }
 
 impl SettleRequest<'_> {
@@ -79,8 +101,10 @@ impl SettleRequest<'_> {
                 _ => String::new(),
             })
             .collect();
-        // In the order of `ARGV` (the header's; a test holds them together).
-        let fixed: [&[u8]; ARGV.len()] = [
+        let count = self.take.map(|n| n.to_string()).unwrap_or_default();
+        // In the order of `ARGV` or `TAKE_ARGV` (the headers'; a test holds
+        // them together): settle's first eleven...
+        let mut args: Vec<&[u8]> = vec![
             t.kind.as_bytes(),
             t.max_attempts.as_bytes(),
             t.backoff.as_bytes(),
@@ -92,9 +116,22 @@ impl SettleRequest<'_> {
             owner.as_bytes(),
             epoch.as_bytes(),
             t.dead_ttl.as_bytes(),
-            &letters,
         ];
-        let mut args: Vec<&[u8]> = fixed.to_vec();
+        // ...then what to take, when it takes...
+        if self.take.is_some() {
+            args.push(count.as_bytes());
+            args.push(t.lease.as_bytes());
+        }
+        // ...then the operations.
+        args.push(&letters);
+        debug_assert_eq!(
+            args.len(),
+            if self.take.is_some() {
+                TAKE_ARGV.len()
+            } else {
+                ARGV.len()
+            }
+        );
         // Each operation's args, as settle.lua reads them.
         for ((id, op), num) in self.ops.iter().zip(&nums) {
             args.push(id);
@@ -108,10 +145,12 @@ impl SettleRequest<'_> {
                 Op::Ack | Op::Release => {}
             }
         }
-        (
-            ScriptId::Settle,
-            super::call(ScriptId::Settle, self.keys, &args),
-        )
+        let id = if self.take.is_some() {
+            ScriptId::SettleTake
+        } else {
+            ScriptId::Settle
+        };
+        (id, super::call(id, self.keys, &args))
     }
 }
 
@@ -124,6 +163,39 @@ pub(crate) fn outcomes(reply: Value, ops: usize) -> Vec<Result<Settled>> {
         .collect()
 }
 
+/// A `settle_take.lua` reply, decoded.
+pub(crate) struct TakenOutcomes {
+    /// Each operation's outcome, in order.
+    pub(crate) settled: Vec<Result<Settled>>,
+    /// The take's reply, a pop's (None: nothing was taken, see the
+    /// script's header).
+    pub(crate) taken: Option<Value>,
+    /// The mark of better work in another slot the call took for the
+    /// caller instead of taking: (slot, index value).
+    pub(crate) mark: Option<(u32, i64)>,
+}
+
+/// `{ settle reply, pop reply or false[, slot, mark] }`, decoded for `ops`
+/// operations.
+pub(crate) fn taken_outcomes(reply: Value, ops: usize) -> TakenOutcomes {
+    let parts = items(reply);
+    let mark = match (
+        int_at(&parts, 2),
+        parts.get(3).and_then(crate::value::as_score),
+    ) {
+        (Some(slot), Some(v)) => u32::try_from(slot).ok().map(|slot| (slot, v)),
+        _ => None,
+    };
+    let mut parts = parts.into_iter();
+    let settled = outcomes(parts.next().unwrap_or(Value::Nil), ops);
+    let taken = parts.next().filter(|v| matches!(v, Value::Array(_)));
+    TakenOutcomes {
+        settled,
+        taken,
+        mark,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +206,8 @@ mod tests {
         // Then the operations' own arguments.
         let (_, body) = ScriptId::Settle.source();
         assert!(body.contains(&format!("ARGV[{}..] args", ARGV.len() + 1)));
+        assert_eq!(crate::scripts::header_argv(ScriptId::SettleTake), TAKE_ARGV);
+        let (_, body) = ScriptId::SettleTake.source();
+        assert!(body.contains(&format!("ARGV[{}..] args", TAKE_ARGV.len() + 1)));
     }
 }

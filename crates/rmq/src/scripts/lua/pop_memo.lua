@@ -2,8 +2,9 @@
 -- the header and the delivery ids, not the payloads (a batch can be large).
 -- A second run reads each payload again and leaves out a delivery that is
 -- no longer in flight (its lease ran out and it was rolled back meanwhile).
+-- settle_take.lua keeps its take's answer the same way.
 
-memo_pack = function(answer)
+local function pop_pack(answer)
   local kept = { answer[1], answer[2], answer[3], answer[4], answer[5] }
   for i = 6, #answer, 2 do
     kept[#kept + 1] = answer[i]
@@ -11,7 +12,7 @@ memo_pack = function(answer)
   return kept
 end
 
-memo_unpack = function(kept)
+local function pop_unpack(kept)
   local answer = { kept[1], kept[2], kept[3], kept[4], kept[5] }
   for i = 6, #kept do
     local id = kept[i]
