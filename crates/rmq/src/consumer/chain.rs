@@ -6,7 +6,8 @@
 //! many messages as it ends, in the calls that end them.
 //!
 //! It takes only where the fetch loop would take the same: not once the
-//! consumer stops; not from a topic with a rate limit or an in-flight cap
+//! consumer stops; not in a pool (its gate resizes each topic's share as
+//! deliveries end); not from a topic with a rate limit or an in-flight cap
 //! (their tokens and permits are taken round by round by the fetch loop);
 //! and only from a slot the fetch loop would pop among its next ones (best
 //! priority first, else earliest due first), so that one slot's backlog
@@ -72,11 +73,16 @@ pub(crate) struct Chain {
 }
 
 impl Chain {
-    /// Whether ends may take now: the consumer has not stopped and the
-    /// topic has neither a rate limit nor an in-flight cap.
+    /// Whether ends may take now: the consumer has not stopped, is not in
+    /// a pool (whose gate resizes a topic's share as deliveries end and
+    /// queue for the pool's slots), and the topic has neither a rate limit
+    /// nor an in-flight cap.
     pub(crate) fn open(&self, topic: &Topic) -> bool {
         let spec = &topic.cached().spec;
-        !self.stop.is_cancelled() && spec.rate_per_sec == 0 && spec.max_in_flight == 0
+        !self.stop.is_cancelled()
+            && self.gate.is_none()
+            && spec.rate_per_sec == 0
+            && spec.max_in_flight == 0
     }
 
     /// Whether ends may take from `slot` now: they may take at all and the
@@ -139,12 +145,10 @@ impl Chain {
         tokio::spawn(async move { super::marks::hand_back(&topic, &[(slot, v)]).await });
     }
 
-    /// A call that takes from `slot` is being sent: the notice generation
-    /// its answer is judged by (see `Schedule::after_pop_taking`).
-    pub(crate) fn sending(&self, slot: u32) -> u64 {
-        let mut s = self.shared.lock();
-        s.sending(&[slot]);
-        s.generation()
+    /// A call that takes is being sent: the notice generation its answer
+    /// is judged by (see `Schedule::after_take_on_settle`).
+    pub(crate) fn generation(&self) -> u64 {
+        self.shared.lock().generation()
     }
 
     /// Hands out what a settle took from `slot` (`taken`: its take's
@@ -171,7 +175,7 @@ impl Chain {
         {
             let mut s = self.shared.lock();
             s.observe_server_time(popped.now);
-            s.after_pop_taking(
+            s.after_take_on_settle(
                 slot,
                 since,
                 popped.head,
@@ -194,6 +198,17 @@ impl Chain {
                 Delivery::new_detached(msg, settler).release_detached();
                 continue;
             };
+            // Serial mode: the slot lost since the call was sent (its
+            // fence refused nothing yet): the message goes back under the
+            // fence, as the fetch loop does with one it cannot claim.
+            if let Some(c) = claim.as_ref().filter(|c| !c.is_current()) {
+                let fence = c.fence().clone();
+                drop((held, claim));
+                Delivery::new_detached(msg, settler)
+                    .with_fence(fence)
+                    .release_detached();
+                continue;
+            }
             let probe = self.gate.clone().map(Probe::start);
             let d = Delivery::new(msg, settler, Some(held), claim)
                 .with_probe(probe)

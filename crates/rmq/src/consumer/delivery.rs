@@ -193,15 +193,22 @@ impl Delivery {
         // Its room (and claim) may take the slot's next message in the
         // same call: on the first try only (a retry takes nothing).
         let mut take = self.taker(&op);
-        let m = &self.msg;
         let mut wait = Duration::from_millis(50);
         let mut retried = false;
         loop {
-            match self
+            let m = &self.msg;
+            let (outcome, taker) = self
                 .settler
-                .settle(m.slot, m.id.clone(), self.fence(), op.clone(), take.take())
-                .await
-            {
+                .settle_taking(m.slot, m.id.clone(), self.fence(), op.clone(), take.take())
+                .await;
+            // The call failed: the delivery keeps its room and claim while
+            // it tries again.
+            if let Some(t) = taker {
+                self._permit = Some(t.held);
+                self.claim = t.claim;
+            }
+            let m = &self.msg;
+            match outcome {
                 Err(e) if e.is_retryable() && wait < Duration::from_secs(4) => {
                     retried = true;
                     tokio::time::sleep(wait).await;
@@ -268,11 +275,20 @@ impl Delivery {
     /// tokens and permits come first: use `Topic::take` there), and so it
     /// does while better work waits in another slot, unannounced (a mark,
     /// see the README). An error leaves the delivery to its lease, as
-    /// [`Delivery::ack`] does after its retries.
+    /// [`Delivery::ack`] does after its retries. A consumer's delivery
+    /// only acks here: it takes by itself, within the consumer's room.
     pub async fn ack_and_take(mut self, max: usize) -> Result<Vec<Delivery>> {
         let topic = self.settler.topic().clone();
         let spec = topic.cached().spec.clone();
-        if max == 0 || spec.rate_per_sec > 0 || spec.max_in_flight > 0 || self.cap.is_some() {
+        // A consumer's delivery takes by itself, within the consumer's
+        // room and claims.
+        let consumers = self._permit.is_some() || self.claim.is_some();
+        if max == 0
+            || consumers
+            || spec.rate_per_sec > 0
+            || spec.max_in_flight > 0
+            || self.cap.is_some()
+        {
             return self.ack().await.map(|()| Vec::new());
         }
         self.ended = true;
@@ -312,6 +328,18 @@ impl Delivery {
         if let Err(e) = acked {
             if e.kind() == ErrorKind::Fenced {
                 crate::observe::fenced(topic.name());
+            }
+            // (A call whose ack ended nothing takes nothing; should it
+            // have, what it took goes back untouched.)
+            if let Some(reply) = answer.taken {
+                let popped = super::pop::parse_pop(&topic.spec, slot, reply);
+                for m in popped.messages {
+                    let d = Delivery::new_detached(m, self.settler.clone());
+                    match &fence {
+                        Some(f) => d.with_fence(f.clone()).release_detached(),
+                        None => d.release_detached(),
+                    }
+                }
             }
             return Err(e);
         }
@@ -380,7 +408,7 @@ impl Delivery {
             .unwrap_or(u64::MAX)
             .clamp(1, crate::message::MAX_SPAN_MS);
         self.settler
-            .settle(m.slot, m.id.clone(), self.fence(), Op::Extend { ms }, None)
+            .settle(m.slot, m.id.clone(), self.fence(), Op::Extend { ms })
             .await?;
         if let Some(token) = &self.cap {
             self.settler.extend_permit(token, ms).await?;

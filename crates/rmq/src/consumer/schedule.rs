@@ -310,6 +310,42 @@ impl Schedule {
         self.record_reply(slot, since, head, retry, lease, now, Some(taken));
     }
 
+    /// [`after_pop_taking`](Self::after_pop_taking) of a take made inside
+    /// a settle call (`chain.rs`), which may run beside a pop of the same
+    /// slot. It is sent without [`sending`](Self::sending) and keeps the
+    /// notices it did not judge, so the other call's reply still sees
+    /// them; and where a notice came after it was sent, it only ever moves
+    /// the slot earlier (the other reply may have used that notice up). At
+    /// worst a notice counts twice: one more pop.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn after_take_on_settle(
+        &mut self,
+        slot: u32,
+        since: u64,
+        head: Option<i64>,
+        retry: Option<i64>,
+        lease: Option<i64>,
+        now: i64,
+        taken: Option<(i64, i64)>,
+    ) {
+        let Some(h) = self.slots.get(slot as usize) else {
+            return;
+        };
+        let (noticed_min, noticed_best) = (h.noticed_min, h.noticed_best);
+        let later_notice = (h.noticed > since).then_some((h.next, h.best));
+        self.record_reply(slot, since, head, retry, lease, now, Some(taken));
+        let Some(h) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        h.noticed_min = noticed_min;
+        h.noticed_best = noticed_best;
+        if let Some((next_before, best_before)) = later_notice {
+            h.best = h.best.max(best_before);
+            let next = [h.next, next_before].into_iter().flatten().min();
+            self.set_next(slot as usize, next);
+        }
+    }
+
     /// What [`after_pop`](Self::after_pop) and
     /// [`after_pop_taking`](Self::after_pop_taking) do: `popped` is None
     /// for a look.

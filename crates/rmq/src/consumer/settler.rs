@@ -54,10 +54,14 @@ pub(crate) struct Request {
     pub(crate) id: Vec<u8>,
     pub(crate) fence: Option<Fence>,
     pub(crate) op: Op,
-    pub(crate) reply: Option<oneshot::Sender<Result<Settled>>>,
+    pub(crate) reply: Option<oneshot::Sender<Answer>>,
     /// Room (and serial mode's claim) for a message taken in the same call.
     pub(crate) take: Option<Taker>,
 }
+
+/// A settle's outcome, and its taker back when the call failed (the
+/// delivery keeps its room and claim while it tries again).
+pub(crate) type Answer = (Result<Settled>, Option<Taker>);
 
 /// What the settling task is asked to do.
 enum Job {
@@ -150,10 +154,25 @@ impl Settler {
         id: Vec<u8>,
         fence: Option<Fence>,
         op: Op,
-        take: Option<Taker>,
     ) -> Result<Settled> {
+        self.settle_taking(slot, id, fence, op, None).await.0
+    }
+
+    /// Settles, the call taking the slot's next message for `take` when it
+    /// may (see `chain.rs`), and waits for the outcome; the taker comes back
+    /// when the call failed.
+    pub(crate) async fn settle_taking(
+        &self,
+        slot: u32,
+        id: Vec<u8>,
+        fence: Option<Fence>,
+        op: Op,
+        take: Option<Taker>,
+    ) -> Answer {
+        let stopped = || Error::new(ErrorKind::Shutdown, "the consumer has stopped");
         let (reply, rx) = oneshot::channel();
-        self.tx
+        let sent = self
+            .tx
             .send(Job::Settle(Request {
                 slot,
                 id,
@@ -162,9 +181,14 @@ impl Settler {
                 reply: Some(reply),
                 take,
             }))
-            .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer has stopped"))?;
-        rx.await
-            .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer has stopped"))?
+            .map_err(|e| match e.0 {
+                Job::Settle(r) => r.take,
+                Job::Free(_) => None,
+            });
+        if let Err(taker) = sent {
+            return (Err(stopped()), taker);
+        }
+        rx.await.unwrap_or_else(|_| (Err(stopped()), None))
     }
 
     /// Settles without waiting (used on drop, where nothing can be awaited).
@@ -279,13 +303,12 @@ fn ends_message(op: &Op, outcome: &Result<Settled>) -> bool {
     }
 }
 
-/// One call's settles, and what it may take.
+/// One call's settles (with the room and claims their ends handed on:
+/// used by what the call takes, given back when it failed, else dropped
+/// once it answered), and whether it takes.
 struct Group {
     slot: u32,
     requests: Vec<Request>,
-    /// The room (and claims) its ends handed on; dropped once it answered
-    /// when the call does not take (or took fewer).
-    takers: Vec<Taker>,
     /// The notice generation when it was sent, when the call takes.
     taking_since: Option<u64>,
 }
@@ -311,15 +334,13 @@ async fn flush(me: &WeakSettler, batch: Vec<Request>) -> u64 {
         let mut reqs = reqs;
         while !reqs.is_empty() {
             let rest = reqs.split_off(reqs.len().min(PER_CALL));
-            let mut chunk = std::mem::replace(&mut reqs, rest);
-            let takers: Vec<Taker> = chunk.iter_mut().filter_map(|r| r.take.take()).collect();
+            let chunk = std::mem::replace(&mut reqs, rest);
+            let takers = chunk.iter().filter(|r| r.take.is_some()).count();
             let taking_since = me
                 .chain
                 .as_ref()
-                .filter(|c| {
-                    !takers.is_empty() && c.may_take_from(topic, slot, fence.as_ref().map(|f| f.1))
-                })
-                .map(|c| c.sending(slot));
+                .filter(|c| takers > 0 && c.may_take_from(topic, slot, fence.as_ref().map(|f| f.1)))
+                .map(|c| c.generation());
             calls.push(
                 SettleRequest {
                     keys: &keys,
@@ -328,14 +349,13 @@ async fn flush(me: &WeakSettler, batch: Vec<Request>) -> u64 {
                     slot,
                     fence: fence.as_ref().map(|(owner, epoch)| (&**owner, *epoch)),
                     ops: chunk.iter().map(|r| (r.id.as_slice(), &r.op)).collect(),
-                    take: taking_since.map(|_| takers.len()),
+                    take: taking_since.map(|_| takers),
                 }
                 .call(),
             );
             groups.push(Group {
                 slot,
                 requests: chunk,
-                takers,
                 taking_since,
             });
         }
@@ -369,31 +389,40 @@ async fn flush(me: &WeakSettler, batch: Vec<Request>) -> u64 {
 /// Hands out what one call took, then tells each settle its outcome;
 /// returns how many messages the call ended (see [`flush`]).
 fn answer(me: &WeakSettler, group: Group, reply: redis::Value) -> u64 {
-    let n = group.requests.len();
-    let (outcomes, mut ended) = match (group.taking_since, &me.chain) {
+    let Group {
+        slot,
+        mut requests,
+        taking_since,
+    } = group;
+    let n = requests.len();
+    let (outcomes, mut ended) = match (taking_since, &me.chain) {
         (Some(since), Some(chain)) => {
             let answer = settle::taken_outcomes(reply, n);
-            if let Some((slot, v)) = answer.mark {
-                chain.marked(&me.topic, slot, v);
+            if let Some((marked, v)) = answer.mark {
+                chain.marked(&me.topic, marked, v);
             }
-            let rolled_back = chain.hand_out(me, group.slot, since, answer.taken, group.takers);
+            let takers = requests.iter_mut().filter_map(|r| r.take.take()).collect();
+            let rolled_back = chain.hand_out(me, slot, since, answer.taken, takers);
             (answer.settled, rolled_back)
         }
         _ => (settle::outcomes(reply, n), 0),
     };
-    for (r, res) in group.requests.into_iter().zip(outcomes) {
+    for (mut r, res) in requests.into_iter().zip(outcomes) {
         ended += u64::from(ends_message(&r.op, &res));
+        // Not used by the call: dropped once it answered.
+        drop(r.take.take());
         if let Some(tx) = r.reply {
-            let _ = tx.send(res);
+            let _ = tx.send((res, None));
         }
     }
     ended
 }
 
+/// The call failed: each settle hears so, and gets its taker back.
 fn reply_all(group: Vec<Request>, e: &Error) {
     for r in group {
         if let Some(tx) = r.reply {
-            let _ = tx.send(Err(e.duplicate()));
+            let _ = tx.send((Err(e.duplicate()), r.take));
         }
     }
 }

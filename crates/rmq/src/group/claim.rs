@@ -45,6 +45,16 @@ impl Claim {
         &self.fence
     }
 
+    /// Whether the slot is still owned at the claim's epoch (its lease not
+    /// lost).
+    pub(crate) fn is_current(&self) -> bool {
+        let o = self.own.lock().unwrap_or_else(|p| p.into_inner());
+        !self.lost.is_cancelled()
+            && o.slots
+                .get(&self.slot)
+                .is_some_and(|s| s.epoch == self.fence.epoch)
+    }
+
     /// Resolves when the slot's lease is lost.
     pub(crate) async fn lost(&self) {
         self.lost.cancelled().await

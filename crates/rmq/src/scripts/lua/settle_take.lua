@@ -27,9 +27,9 @@
 -- Returns: { settle.lua's reply, pop.lua's reply or false[, slot, mark] }
 -- (slot and mark: the mark it took for the caller). False: nothing
 -- was taken because the caller's serial lease is not current (every
--- settle code is then -2, nothing changed), a mark tells of better work
--- elsewhere, or a slot key holds a foreign type (found by the take, after
--- the settle wrote).
+-- settle code is then -2, nothing changed), no settle ended its delivery
+-- (all stale), a mark tells of better work elsewhere, or a slot key holds
+-- a foreign type (found by the take, after the settle wrote).
 -- Error reply as settle.lua's (nothing written).
 
 local kind = ARGV[1]
@@ -44,11 +44,28 @@ local jitter = tonumber(ARGV[5])
 local channel, slot = ARGV[6], ARGV[7]
 local owner, epoch = ARGV[9] or '', ARGV[10] or ''
 
+-- The take reads r and a with plain calls after the settle wrote, which
+-- checks them only on some paths: their types are checked first.
+local bad = check_keys('r', 'a')
+if bad then
+  return bad
+end
 local codes, fenced = settle_slot(kind, cfg, jitter, channel, slot, owner, epoch, ARGV[14] or '', 15)
 if codes.err then
   return codes
 end
 if fenced then
+  return { codes, false }
+end
+-- Settles that ended nothing (every one stale) take nothing: the caller
+-- learns its delivery was not current, and nothing is taken unseen.
+local ended_any = false
+for i = 2, #codes do
+  if codes[i] >= 1 then
+    ended_any = true
+  end
+end
+if not ended_any then
   return { codes, false }
 end
 -- How much earlier another slot's work must be due to stop a take here
