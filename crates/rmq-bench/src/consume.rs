@@ -27,6 +27,26 @@ fn own_cpu_secs() -> f64 {
     (tick(11) + tick(12)) / 100.0
 }
 
+/// Context switches (voluntary and not) of all this process's threads so
+/// far (Linux; 0 elsewhere): each time a thread parks for want of work and
+/// is woken, as a task hand-off to an idle thread does.
+fn own_context_switches() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
 pub(crate) async fn consume(env: &Env, client: Client, c: usize, batch: usize) -> Result<Row> {
     let n = env.n(SEND_N);
     let kind = TopicKind::Priority;
@@ -36,11 +56,15 @@ pub(crate) async fn consume(env: &Env, client: Client, c: usize, batch: usize) -
     let cpu0 = redis_cpu_secs_sum(&mut raw).await?;
     let cmds0 = info_field_sum(&mut raw, "stats", "total_commands_processed").await?;
     let own0 = own_cpu_secs();
+    let allocs0 = crate::allocations();
+    let switches0 = own_context_switches();
     let drain = Drain::start(&topic, c, batch);
     let secs = drain.wait_acked(&topic, n).await?;
     let cpu1 = redis_cpu_secs_sum(&mut raw).await?;
     let cmds1 = info_field_sum(&mut raw, "stats", "total_commands_processed").await?;
     let own1 = own_cpu_secs();
+    let allocs1 = crate::allocations();
+    let switches1 = own_context_switches();
     let report = drain.finish().await?;
     Ok(Row::new(
         "consume",
@@ -58,6 +82,14 @@ pub(crate) async fn consume(env: &Env, client: Client, c: usize, batch: usize) -
         round((own1 - own0) * 1e6 / n as f64, 2),
     )
     .with("redis_cmds_per_msg", round((cmds1 - cmds0) / n as f64, 2))
+    .with(
+        "allocs_per_msg",
+        round(allocs1.saturating_sub(allocs0) as f64 / n as f64, 1),
+    )
+    .with(
+        "ctx_switches_per_msg",
+        round(switches1.saturating_sub(switches0) as f64 / n as f64, 2),
+    )
     .with("run_acked", report.acked)
     .with("failed_settles", report.failed_settles))
 }

@@ -42,6 +42,17 @@ use report::table;
 use runner::spawn_watchdog;
 use suite::run_all;
 
+/// Counts the process's heap allocations (`allocs_per_msg` in consume
+/// rows); the system allocator does the work, as without it.
+#[global_allocator]
+static ALLOCATOR: &stats_alloc::StatsAlloc<std::alloc::System> = &stats_alloc::INSTRUMENTED_SYSTEM;
+
+/// Heap allocations (and reallocations) made by this process so far.
+pub(crate) fn allocations() -> u64 {
+    let s = ALLOCATOR.stats();
+    u64::try_from(s.allocations + s.reallocations).unwrap_or(u64::MAX)
+}
+
 /// A given cluster's nodes: the seeds stand for all of them (statistics
 /// then cover the seeds only; pass every node to see all).
 fn cluster_nodes_of(seeds: &str) -> Vec<String> {
