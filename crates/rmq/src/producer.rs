@@ -169,7 +169,7 @@ impl Topic {
         let tolerance = spec.past_tolerance_ms.to_string();
         let mut per_slot = Vec::with_capacity(by_slot.len());
         for (slot, idxs) in &by_slot {
-            let keys = self.slot_keys(*slot);
+            let keys = self.slot_keys_kept(*slot);
             let slot_s = slot.to_string();
             let channel = self.channel_for(*slot);
             let mut chunks = Vec::new();
@@ -179,7 +179,7 @@ impl Topic {
                 // them (a merge among them leaves its unit unused).
                 let room = granted.map(|g| chunk.iter().filter(|&&i| i < g).count());
                 let request = SendRequest {
-                    keys: &keys,
+                    keys: &keys[..],
                     kind,
                     max_payload: &max_payload,
                     tolerance_ms: &tolerance,

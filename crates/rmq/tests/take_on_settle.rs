@@ -156,3 +156,188 @@ async fn a_better_message_in_another_slot_is_not_kept_waiting_behind_a_backlog()
         );
     }
 }
+
+/// The handler tasks a run at concurrency 1 used for `n` messages sent to
+/// one slot (parallel, or serial mode in group "g"), by the task id each
+/// handler ran in.
+async fn tasks_used(serial: bool, take_on_settle: bool, n: usize) -> usize {
+    let (_backend, _c, topic) = setup(TopicKind::Priority, 1).await;
+    let batch: Vec<Message> = (0..n).map(|i| Message::new(format!("m{i}"))).collect();
+    topic.send_batch(&batch).await.unwrap();
+    let tasks = Arc::new(Mutex::new(Vec::new()));
+    let stop = CancellationToken::new();
+    let mut consumer = topic
+        .consumer()
+        .concurrency(1)
+        .rescan(Duration::from_secs(600))
+        .take_on_settle(take_on_settle);
+    if serial {
+        consumer = consumer.serial("g");
+    }
+    let run = {
+        let (tasks, stop2) = (tasks.clone(), stop.clone());
+        consumer.run(stop, move |_| {
+            let (tasks, stop) = (tasks.clone(), stop2.clone());
+            async move {
+                let mut t = tasks.lock().unwrap();
+                t.push(tokio::task::id());
+                if t.len() >= n {
+                    stop.cancel();
+                }
+                Outcome::Ack
+            }
+        })
+    };
+    let report = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("every message handled within 60 s")
+        .unwrap();
+    assert_eq!(report.acked, n as u64, "serial={serial}: {report:?}");
+    let mut t = tasks.lock().unwrap().clone();
+    assert_eq!(t.len(), n, "each message handled once");
+    t.sort();
+    t.dedup();
+    t.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_handles_what_its_end_took_in_its_own_task() {
+    let n = 128;
+    for serial in [false, true] {
+        // A new task (and a pass through the consumer's stream) only when
+        // the fetch loop takes: at the start and after each run of 32
+        // takes on settle, which gives the fetch loop its turn.
+        let with = tasks_used(serial, true, n).await;
+        assert!(
+            with <= n / 32 + 3,
+            "serial={serial}: {with} handler tasks for {n} messages"
+        );
+        // The measure tells the two apart: without takes, every message
+        // comes from the fetch loop, each in a task of its own.
+        let without = tasks_used(serial, false, n).await;
+        assert_eq!(without, n, "serial={serial}, off: one task per message");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_panics_within_a_run_of_takes_loses_neither_message_nor_count() {
+    let (_backend, _c, topic) = setup_with(
+        TopicSpec::new("t", TopicKind::Priority)
+            .slots(1)
+            .backoff(Duration::from_millis(10), Duration::from_millis(10)),
+    )
+    .await;
+    let n = 40;
+    let batch: Vec<Message> = (0..n).map(|i| Message::new(format!("m{i}"))).collect();
+    topic.send_batch(&batch).await.unwrap();
+    let handled = Handled::default();
+    let stop = CancellationToken::new();
+    let run = {
+        let (handled, stop2) = (handled.clone(), stop.clone());
+        topic
+            .consumer()
+            .concurrency(1)
+            .rescan(Duration::from_millis(200))
+            .run(stop, move |m| {
+                let (handled, stop) = (handled.clone(), stop2.clone());
+                async move {
+                    // The tenth message's first attempt panics, in the
+                    // middle of a run of takes that handled nine before.
+                    assert!(
+                        !(text(&m.payload) == "m9" && m.attempt == 1),
+                        "a handler that panics"
+                    );
+                    let mut h = handled.lock().unwrap();
+                    h.push(text(&m.payload));
+                    if h.len() >= n {
+                        stop.cancel();
+                    }
+                    Outcome::Ack
+                }
+            })
+    };
+    let report = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("every message handled within 60 s")
+        .unwrap();
+    let mut h = handled.lock().unwrap().clone();
+    h.sort();
+    h.dedup();
+    assert_eq!(h.len(), n, "every message handled, the panicked one again");
+    // What the task counted before it panicked is kept; the panic counts
+    // as a failed settle (its message was nacked and handled again).
+    assert_eq!(report.acked, n as u64, "{report:?}");
+    assert_eq!(report.failed_settles, 1, "{report:?}");
+}
+
+/// Holds every write on each node of `backend` for `ms` (the calls already
+/// sent run when it ends).
+async fn pause_writes(backend: &Backend, ms: u64) {
+    let urls = match backend {
+        Backend::Single(s) => vec![s.url()],
+        Backend::Cluster(c) => c.urls(),
+    };
+    for url in urls {
+        let client = redis::Client::open(url).unwrap();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(ms)
+            .arg("WRITE")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_whose_handler_is_aborted_mid_call_still_settles_and_gives_back_what_it_took() {
+    let (backend, _c, topic) = setup_with(
+        TopicSpec::new("t", TopicKind::Priority)
+            .slots(1)
+            .lease(Duration::from_secs(60)),
+    )
+    .await;
+    let batch: Vec<Message> = (0..3).map(|i| Message::new(format!("m{i}"))).collect();
+    topic.send_batch(&batch).await.unwrap();
+    let backend = Arc::new(backend);
+    let (started, mut handling) = tokio::sync::mpsc::unbounded_channel();
+    let run = {
+        let backend = backend.clone();
+        tokio::spawn(
+            topic
+                .consumer()
+                .concurrency(1)
+                .run(CancellationToken::new(), move |m| {
+                    let (backend, started) = (backend.clone(), started.clone());
+                    async move {
+                        // Its ack (which takes the next message) waits in
+                        // Redis until the pause ends.
+                        pause_writes(&backend, 600).await;
+                        let _ = started.send(text(&m.payload));
+                        Outcome::Ack
+                    }
+                }),
+        )
+    };
+    assert_eq!(handling.recv().await.unwrap(), "m0");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The run is dropped (its handler task aborted) while the ack is on
+    // its way: the call still ends, and what it took goes back at once,
+    // not after its 60 s lease.
+    run.abort();
+    let _ = run.await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = topic.stats().await.unwrap().total;
+        if s.pending == 2 && s.in_flight == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "m0 acked and m1 given back within 10 s: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(topic.stats().await.unwrap().total.acked, 1);
+}

@@ -43,6 +43,10 @@ pub(crate) struct Taker {
     pub(crate) claim: Option<Claim>,
     /// How many takes on settle in a row led to the ending delivery.
     pub(crate) run: u32,
+    /// Whether what the call takes goes back to the ending delivery's
+    /// task (a handler of `run`, which handles it next, in the same task)
+    /// rather than out through the consumer's stream.
+    pub(crate) back: bool,
 }
 
 /// Takes on settle in a row at most (each by the delivery the one before
@@ -152,22 +156,25 @@ impl Chain {
     }
 
     /// Hands out what a settle took from `slot` (`taken`: its take's
-    /// reply, None when it took nothing), one delivery per taker, and
-    /// records what the reply says of the slot. Takers left over are
-    /// dropped after that, so the fetch loop sees the slot as it now is
-    /// when their room comes back. Returns how many expired leases the
-    /// take rolled back that ended their message (a bounded topic's room
-    /// comes back for them).
+    /// reply, None when it took nothing), one delivery per taker (each
+    /// with the index of the settle that handed it on), and records what
+    /// the reply says of the slot. Takers left over are dropped after
+    /// that, so the fetch loop sees the slot as it now is when their room
+    /// comes back. Returns how many expired leases the take rolled back
+    /// that ended their message (a bounded topic's room comes back for
+    /// them), and the deliveries whose takers asked for them back
+    /// ([`Taker::back`]), with the index of their settle.
     pub(crate) fn hand_out(
         &self,
         me: &WeakSettler,
         slot: u32,
         since: u64,
         taken: Option<Value>,
-        takers: Vec<Taker>,
-    ) -> u64 {
+        takers: Vec<(usize, Taker)>,
+    ) -> (u64, Vec<(usize, Delivery)>) {
+        let mut back = Vec::new();
         let Some(reply) = taken else {
-            return 0;
+            return (0, back);
         };
         let topic = &me.topic;
         let popped = parse_pop(&topic.spec, slot, reply);
@@ -193,7 +200,16 @@ impl Chain {
                 break;
             };
             crate::observe::delivered(&msg);
-            let Some(Taker { held, claim, run }) = takers.next() else {
+            let Some((
+                at,
+                Taker {
+                    held,
+                    claim,
+                    run,
+                    back: wants_it,
+                },
+            )) = takers.next()
+            else {
                 // More than asked for, which the script never does.
                 Delivery::new_detached(msg, settler).release_detached();
                 continue;
@@ -218,6 +234,10 @@ impl Chain {
                 d.release_detached();
                 continue;
             };
+            if wants_it {
+                back.push((at, d));
+                continue;
+            }
             if let Err(e) = tx.try_send(d) {
                 // Likewise (or full, which its room rules out).
                 let d = match e {
@@ -226,7 +246,7 @@ impl Chain {
                 d.release_detached();
             }
         }
-        popped.ended
+        (popped.ended, back)
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::chain::Taker;
 use super::fetcher::Held;
 use super::pool::Probe;
-use super::settler::{Op, Settled, Settler};
+use super::settler::{Answer, Live, Op, Settled, Settler};
 use crate::error::{Error, ErrorKind, Result};
 use crate::group::{Claim, Fence};
 use crate::message::Received;
@@ -48,6 +48,8 @@ pub struct Delivery {
     /// How many takes on settle in a row led to this delivery (0: the
     /// fetch loop took it).
     run: u32,
+    /// Counts it in its settler's load until its end starts.
+    live: Option<Live>,
 }
 
 impl std::fmt::Debug for Delivery {
@@ -74,6 +76,7 @@ impl Delivery {
             msg.fence = Some(f.epoch);
         }
         Delivery {
+            live: Some(settler.live()),
             msg,
             settler,
             ended: false,
@@ -146,15 +149,18 @@ impl Delivery {
     ) -> std::result::Result<F::Output, LeaseLost> {
         tokio::pin!(work);
         let period = (lease / 3).max(Duration::from_millis(1));
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // On the stack, not an interval's boxed timer: no allocation per
+        // message, and not in the timer wheel unless the work waits.
+        let tick = tokio::time::sleep(period);
+        tokio::pin!(tick);
         let mut extending: Option<Pin<Box<dyn Future<Output = Result<()>> + Send + '_>>> = None;
         loop {
             tokio::select! {
                 biased;
                 () = self.lease_lost() => return Err(LeaseLost),
                 out = &mut work => return Ok(out),
-                _ = tick.tick(), if extend && extending.is_none() => {
+                () = &mut tick, if extend && extending.is_none() => {
+                    tick.as_mut().reset(tokio::time::Instant::now() + period);
                     extending = Some(Box::pin(self.extend(lease)));
                 }
                 r = async {
@@ -181,8 +187,21 @@ impl Delivery {
     /// seconds; the lease covers the rest). A retry that finds the delivery
     /// gone after a lost reply cannot tell whether the earlier try ran or
     /// the lease ran out meanwhile: [`ErrorKind::OutcomeUnknown`].
-    async fn end(mut self, op: Op) -> Result<Settled> {
+    async fn end(self, op: Op) -> Result<Settled> {
+        self.end_taking(op, false).await.0
+    }
+
+    /// Ends the delivery as [`Delivery::end`] does, and returns the
+    /// delivery its call took for it, if it took one (see `chain.rs`): the
+    /// handler API handles that one next in the same task, with no hand-off
+    /// to the consumer's stream and a new task.
+    pub(crate) async fn end_and_next(self, op: Op) -> (Result<Settled>, Option<Delivery>) {
+        self.end_taking(op, true).await
+    }
+
+    async fn end_taking(mut self, op: Op, back: bool) -> (Result<Settled>, Option<Delivery>) {
         self.ended = true;
+        self.live = None;
         if let Some(p) = self.probe.take() {
             p.end(match op {
                 Op::Ack => Some(true),
@@ -192,15 +211,28 @@ impl Delivery {
         }
         // Its room (and claim) may take the slot's next message in the
         // same call: on the first try only (a retry takes nothing).
-        let mut take = self.taker(&op);
+        let mut take = self.taker(&op, back);
+        let mut next = None;
         let mut wait = Duration::from_millis(50);
         let mut retried = false;
         loop {
             let m = &self.msg;
-            let (outcome, taker) = self
+            let Answer {
+                outcome,
+                taker,
+                next: taken,
+            } = self
                 .settler
-                .settle_taking(m.slot, m.id.clone(), self.fence(), op.clone(), take.take())
+                .settle_taking(
+                    m.slot,
+                    m.id.clone(),
+                    self.fence(),
+                    op.clone(),
+                    take.take(),
+                    self.cap.is_none(),
+                )
                 .await;
+            next = next.or(taken);
             // The call failed: the delivery keeps its room and claim while
             // it tries again.
             if let Some(t) = taker {
@@ -208,31 +240,53 @@ impl Delivery {
                 self.claim = t.claim;
             }
             let m = &self.msg;
-            match outcome {
+            let outcome = match outcome {
                 Err(e) if e.is_retryable() && wait < Duration::from_secs(4) => {
                     retried = true;
                     tokio::time::sleep(wait).await;
                     wait *= 2;
+                    continue;
                 }
-                Err(e) if retried && e.kind() == ErrorKind::StaleDelivery => {
-                    return Err(Error::new(
-                        ErrorKind::OutcomeUnknown,
-                        format!(
-                            "the connection broke while ending the delivery of {:?} (slot {}, attempt {}), \
-                             and a retry found it already ended: either the first try ran, or the \
-                             lease ran out meanwhile and the message was rolled back",
-                            String::from_utf8_lossy(&m.key),
-                            m.slot,
-                            m.attempt
-                        ),
-                    ))
-                }
+                Err(e) if retried && e.kind() == ErrorKind::StaleDelivery => Err(Error::new(
+                    ErrorKind::OutcomeUnknown,
+                    format!(
+                        "the connection broke while ending the delivery of {:?} (slot {}, attempt {}), \
+                         and a retry found it already ended: either the first try ran, or the \
+                         lease ran out meanwhile and the message was rolled back",
+                        String::from_utf8_lossy(&m.key),
+                        m.slot,
+                        m.attempt
+                    ),
+                )),
                 Err(e) if e.kind() == ErrorKind::Fenced => {
                     crate::observe::fenced(&m.topic);
-                    return Err(e);
+                    Err(e)
                 }
-                r => return r,
-            }
+                r => r,
+            };
+            return (outcome, next);
+        }
+    }
+
+    /// The message for a handler of the handler API: the payload moves out
+    /// (this delivery only ends it, which needs the rest), so nothing of
+    /// the size of the payload is copied.
+    pub(crate) fn hand_to_handler(&mut self) -> Received {
+        let m = &mut self.msg;
+        Received {
+            topic: m.topic.clone(),
+            kind: m.kind,
+            key: m.key.clone(),
+            payload: std::mem::take(&mut m.payload),
+            slot: m.slot,
+            attempt: m.attempt,
+            priority: m.priority,
+            due_ms: m.due_ms,
+            token: m.token,
+            origin: m.origin,
+            taken_ms: m.taken_ms,
+            fence: m.fence,
+            id: Vec::new(),
         }
     }
 
@@ -244,7 +298,7 @@ impl Delivery {
     /// where the consumer's ends may not take.
     ///
     /// [`MAX_RUN`]: super::chain::MAX_RUN
-    fn taker(&mut self, op: &Op) -> Option<Taker> {
+    fn taker(&mut self, op: &Op, back: bool) -> Option<Taker> {
         let ends = matches!(op, Op::Ack | Op::Nack { .. } | Op::Dead { .. });
         // A serial delivery takes under its claim, or not at all.
         let claimed = self.fence.is_none() || self.claim.is_some();
@@ -256,6 +310,7 @@ impl Delivery {
             held: self._permit.take()?,
             claim: self.claim.take(),
             run: self.run,
+            back,
         })
     }
 
@@ -367,14 +422,7 @@ impl Delivery {
     /// goes to the dead letters with `error`. A message cancelled while in
     /// flight ends instead ([`Settled::Cancelled`]).
     pub async fn nack(self, delay: Option<Duration>, error: &str) -> Result<Settled> {
-        let delay_ms = delay.map_or(-1, |d| {
-            i64::try_from(d.as_millis().min(u128::from(crate::message::MAX_SPAN_MS))).unwrap_or(0)
-        });
-        self.end(Op::Nack {
-            delay_ms,
-            error: error.to_string(),
-        })
-        .await
+        self.end(nack(delay, error)).await
     }
 
     /// Failed for good: straight to the dead letters with `error`
@@ -396,6 +444,7 @@ impl Delivery {
     /// Gives the message back without waiting (used where nothing can be awaited).
     pub(crate) fn release_detached(mut self) {
         self.ended = true;
+        self.live = None;
         let m = &self.msg;
         self.settler
             .settle_detached(m.slot, m.id.clone(), self.fence(), Op::Release);
@@ -415,6 +464,18 @@ impl Delivery {
         }
         crate::observe::lease_extended(&m.topic);
         Ok(())
+    }
+}
+
+/// A failed attempt, retried after `delay` (the topic's backoff when
+/// `None`), capped at the longest span a message may wait.
+pub(crate) fn nack(delay: Option<Duration>, error: &str) -> Op {
+    let delay_ms = delay.map_or(-1, |d| {
+        i64::try_from(d.as_millis().min(u128::from(crate::message::MAX_SPAN_MS))).unwrap_or(0)
+    });
+    Op::Nack {
+        delay_ms,
+        error: error.to_string(),
     }
 }
 

@@ -23,7 +23,7 @@ pub(crate) fn pop_call(
     fence: Option<&Fence>,
 ) -> (ScriptId, redis::Cmd) {
     PopRequest {
-        keys: &topic.slot_keys(slot),
+        keys: &topic.slot_keys_kept(slot)[..],
         topic: args,
         count,
         channel: &topic.channel_for(slot),

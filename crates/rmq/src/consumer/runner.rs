@@ -4,8 +4,14 @@
 //! ([`Delivery::while_held`]), a lost slot lease (serial mode) stops it at
 //! once, and at shutdown running handlers get a grace period before their
 //! messages are given back untouched.
+//!
+//! A handler's task handles, next, the message its own end took (take on
+//! settle, `chain.rs`): a run of messages of one slot costs no new task
+//! and no pass through the consumer's stream, only Redis's reply and the
+//! handler's call back to it.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,8 +19,8 @@ use futures::StreamExt;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::delivery::{Delivery, LeaseLost};
-use super::settler::Settled;
+use super::delivery::{nack, Delivery, LeaseLost};
+use super::settler::{Op, Settled};
 use super::ConsumerBuilder;
 use crate::error::Result;
 use crate::group::validate_group;
@@ -89,59 +95,182 @@ impl ConsumerBuilder {
         if let Some(c) = &self.serial {
             validate_group(&c.group)?;
         }
-        let topic = self.topic.clone();
-        let auto_extend = self.auto_extend;
+        let worker = Arc::new(Worker {
+            topic: self.topic.clone(),
+            handler,
+            auto_extend: self.auto_extend,
+            cancel: cancel.clone(),
+            hard_stop: CancellationToken::new(),
+            tally: Tally::default(),
+        });
         let grace = self.grace;
-        let handler = Arc::new(handler);
-        let hard_stop = CancellationToken::new();
         let mut deliveries = self.stream(cancel.clone());
-        let mut tasks: JoinSet<Ended> = JoinSet::new();
-        let mut report = RunReport::default();
+        let mut tasks: JoinSet<()> = JoinSet::new();
         loop {
             tokio::select! {
                 d = deliveries.next() => match d {
                     Some(d) if cancel.is_cancelled() => {
-                        report.released += 1;
+                        worker.tally.add(&Ended::Released);
                         let _ = d.release().await;
                     }
                     Some(d) => {
-                        let h = handler.clone();
-                        // The lease as it is now (an update changes it).
-                        let lease = Duration::from_millis(topic.spec().lease_ms);
-                        let (name, hard) = (topic.name().to_string(), hard_stop.clone());
-                        let span = crate::observe::process_span(d.message());
-                        tasks.spawn(async move {
-                            use tracing::Instrument;
-                            let started = std::time::Instant::now();
-                            let ended = handle(d, h, lease, auto_extend, hard)
-                                .instrument(span)
-                                .await;
-                            let secs = started.elapsed().as_secs_f64();
-                            crate::observe::handled(&name, ended.name(), secs);
-                            ended
-                        });
+                        tasks.spawn(worker.clone().handle_run(d));
                     }
                     None => break,
                 },
-                Some(r) = tasks.join_next(), if !tasks.is_empty() => count(&mut report, r),
+                Some(r) = tasks.join_next(), if !tasks.is_empty() => worker.tally.joined(r),
             }
         }
         let drain = async {
             while let Some(r) = tasks.join_next().await {
-                count(&mut report, r);
+                worker.tally.joined(r);
             }
         };
         if tokio::time::timeout(grace, drain).await.is_err() {
-            hard_stop.cancel();
+            worker.hard_stop.cancel();
             while let Some(r) = tasks.join_next().await {
-                count(&mut report, r);
+                worker.tally.joined(r);
             }
         }
         let stopped = deliveries.stopped_by();
         deliveries.close().await;
         match stopped {
             Some(e) => Err(e),
-            None => Ok(report),
+            None => Ok(worker.tally.report()),
+        }
+    }
+}
+
+/// What every handler task of one `run` shares.
+struct Worker<H> {
+    topic: crate::topic::Topic,
+    handler: H,
+    auto_extend: bool,
+    cancel: CancellationToken,
+    /// Fired when the grace period is over: running handlers stop.
+    hard_stop: CancellationToken,
+    tally: Tally,
+}
+
+impl<H, F> Worker<H>
+where
+    H: Fn(Received) -> F + Send + Sync + 'static,
+    F: Future<Output = Outcome> + Send + 'static,
+{
+    /// Handles `d`, then each message its end took (see the module docs),
+    /// until an end takes none; once the consumer is stopping, what an end
+    /// took goes back untouched.
+    async fn handle_run(self: Arc<Self>, d: Delivery) {
+        use tracing::Instrument;
+        let name = self.topic.name().to_string();
+        let mut d = d;
+        loop {
+            // The lease as it is now (an update changes it).
+            let lease = Duration::from_millis(self.topic.spec().lease_ms);
+            let span = crate::observe::process_span(d.message());
+            let started = std::time::Instant::now();
+            let (ended, next) = self.handle(d, lease).instrument(span).await;
+            let secs = started.elapsed().as_secs_f64();
+            crate::observe::handled(&name, ended.name(), secs);
+            self.tally.add(&ended);
+            let Some(next) = next else {
+                return;
+            };
+            if self.cancel.is_cancelled() {
+                self.tally.add(&Ended::Released);
+                let _ = next.release().await;
+                return;
+            }
+            d = next;
+        }
+    }
+
+    /// Runs the handler on `d` and ends it by the outcome; returns how it
+    /// ended and what its end took.
+    async fn handle(&self, mut d: Delivery, lease: Duration) -> (Ended, Option<Delivery>) {
+        let work = (self.handler)(d.hand_to_handler());
+        let outcome = tokio::select! {
+            r = d.while_held(work, lease, self.auto_extend) => match r {
+                Ok(o) => o,
+                Err(LeaseLost) => {
+                    tracing::warn!(
+                        slot = d.slot,
+                        "slot lease lost: handler stopped, its message goes to the new owner"
+                    );
+                    return (Ended::Failed, None);
+                }
+            },
+            () = self.hard_stop.cancelled() => {
+                let ended = match d.release().await {
+                    Ok(()) => Ended::Released,
+                    Err(_) => Ended::Failed,
+                };
+                return (ended, None);
+            }
+        };
+        let (op, counts_as): (Op, fn(Settled) -> Ended) = match outcome {
+            Outcome::Ack => (Op::Ack, |_| Ended::Acked),
+            Outcome::Retry { after, error } => (nack(after, &error), |s| match s {
+                Settled::Dead => Ended::Dead,
+                Settled::Cancelled => Ended::Cancelled,
+                _ => Ended::Retried,
+            }),
+            Outcome::Dead { error } => (Op::Dead { error }, |s| match s {
+                Settled::Cancelled => Ended::Cancelled,
+                _ => Ended::Dead,
+            }),
+        };
+        let (r, next) = d.end_and_next(op).await;
+        let ended = r.map(counts_as).unwrap_or_else(|e| {
+            tracing::warn!("could not end a delivery: {e}");
+            Ended::Failed
+        });
+        (ended, next)
+    }
+}
+
+/// Counts of what the handler tasks did, kept as they go (a task that
+/// panics loses none of what it counted before).
+#[derive(Default)]
+struct Tally {
+    acked: AtomicU64,
+    retried: AtomicU64,
+    dead: AtomicU64,
+    released: AtomicU64,
+    cancelled: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Tally {
+    fn add(&self, ended: &Ended) {
+        let counter = match ended {
+            Ended::Acked => &self.acked,
+            Ended::Retried => &self.retried,
+            Ended::Dead => &self.dead,
+            Ended::Released => &self.released,
+            Ended::Cancelled => &self.cancelled,
+            Ended::Failed => &self.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A handler task ended: one that panicked (its handler did) counts
+    /// as a failed settle, its message being redelivered after its nack.
+    fn joined(&self, r: std::result::Result<(), tokio::task::JoinError>) {
+        if r.is_err() {
+            self.add(&Ended::Failed);
+        }
+    }
+
+    fn report(&self) -> RunReport {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        RunReport {
+            acked: get(&self.acked),
+            retried: get(&self.retried),
+            dead: get(&self.dead),
+            released: get(&self.released),
+            cancelled: get(&self.cancelled),
+            failed_settles: get(&self.failed),
         }
     }
 }
@@ -167,63 +296,4 @@ impl Ended {
             Ended::Failed => "failed",
         }
     }
-}
-
-fn count(report: &mut RunReport, r: std::result::Result<Ended, tokio::task::JoinError>) {
-    match r {
-        Ok(Ended::Acked) => report.acked += 1,
-        Ok(Ended::Retried) => report.retried += 1,
-        Ok(Ended::Dead) => report.dead += 1,
-        Ok(Ended::Cancelled) => report.cancelled += 1,
-        Ok(Ended::Released) => report.released += 1,
-        Ok(Ended::Failed) | Err(_) => report.failed_settles += 1,
-    }
-}
-
-async fn handle<H, F>(
-    d: Delivery,
-    handler: Arc<H>,
-    lease: Duration,
-    auto_extend: bool,
-    hard: CancellationToken,
-) -> Ended
-where
-    H: Fn(Received) -> F + Send + Sync + 'static,
-    F: Future<Output = Outcome> + Send + 'static,
-{
-    let work = handler(d.message().clone());
-    let outcome = tokio::select! {
-        r = d.while_held(work, lease, auto_extend) => match r {
-            Ok(o) => o,
-            Err(LeaseLost) => {
-                tracing::warn!(
-                    slot = d.slot,
-                    "slot lease lost: handler stopped, its message goes to the new owner"
-                );
-                return Ended::Failed;
-            }
-        },
-        () = hard.cancelled() => {
-            return match d.release().await {
-                Ok(()) => Ended::Released,
-                Err(_) => Ended::Failed,
-            };
-        }
-    };
-    let r = match outcome {
-        Outcome::Ack => d.ack().await.map(|_| Ended::Acked),
-        Outcome::Retry { after, error } => d.nack(after, &error).await.map(|s| match s {
-            Settled::Dead => Ended::Dead,
-            Settled::Cancelled => Ended::Cancelled,
-            _ => Ended::Retried,
-        }),
-        Outcome::Dead { error } => d.dead(&error).await.map(|s| match s {
-            Settled::Cancelled => Ended::Cancelled,
-            _ => Ended::Dead,
-        }),
-    };
-    r.unwrap_or_else(|e| {
-        tracing::warn!("could not end a delivery: {e}");
-        Ended::Failed
-    })
 }

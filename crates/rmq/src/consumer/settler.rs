@@ -14,15 +14,29 @@
 //! its room for one message (and in serial mode its claim on the slot) to
 //! its settle, whose call then takes the slot's next due messages too
 //! (`settle_take.lua`). Those are handed out as deliveries from here, so a
-//! consumer at concurrency 1 makes one round trip per message.
+//! consumer at concurrency 1 makes one round trip per message. What a
+//! call takes for a handler of [`ConsumerBuilder::run`] goes back to that
+//! handler's task with the settle's answer, which handles it next.
+//!
+//! A settle that could not join a batch anyway (the consumer has no other
+//! delivery in flight and nothing is queued here) skips this task: the
+//! ending delivery makes the call itself, so a lone handler's message
+//! costs one task hand-off each way (Redis's reply to the handler, the
+//! handler's call to Redis) instead of three.
+//!
+//! [`ConsumerBuilder::run`]: super::ConsumerBuilder::run
 
 use std::collections::BTreeMap;
-
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::chain::{Chain, Taker};
+use super::delivery::Delivery;
 use super::inflight::{Permits, MARGIN_MS};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -59,9 +73,60 @@ pub(crate) struct Request {
     pub(crate) take: Option<Taker>,
 }
 
-/// A settle's outcome, and its taker back when the call failed (the
-/// delivery keeps its room and claim while it tries again).
-pub(crate) type Answer = (Result<Settled>, Option<Taker>);
+/// A settle's outcome; its taker back when the call failed (the delivery
+/// keeps its room and claim while it tries again); and the delivery the
+/// call took for it, when its taker asked for it back
+/// ([`Taker::back`]).
+pub(crate) struct Answer {
+    pub(crate) outcome: Result<Settled>,
+    pub(crate) taker: Option<Taker>,
+    pub(crate) next: Option<Delivery>,
+}
+
+impl Answer {
+    fn failed(e: Error, taker: Option<Taker>) -> Answer {
+        Answer {
+            outcome: Err(e),
+            taker,
+            next: None,
+        }
+    }
+
+    /// Tells the waiting settle, or, when it is gone (its task was
+    /// dropped), gives what the call took for it back untouched.
+    fn send(self, to: oneshot::Sender<Answer>) {
+        if let Err(answer) = to.send(self) {
+            if let Some(d) = answer.next {
+                d.release_detached();
+            }
+        }
+    }
+}
+
+/// How busy a settler is: deliveries that may still settle through it,
+/// and jobs sent to its task that it has not finished. Both zero: a
+/// settle would make a batch of one, so it skips the task.
+#[derive(Default)]
+pub(crate) struct Load {
+    live: AtomicUsize,
+    queued: AtomicUsize,
+}
+
+impl Load {
+    fn alone(&self) -> bool {
+        self.live.load(Ordering::Acquire) == 0 && self.queued.load(Ordering::Acquire) == 0
+    }
+}
+
+/// A delivery not yet ended, counted in its settler's [`Load`] until it
+/// is dropped (when it starts its end, or with the delivery).
+pub(crate) struct Live(Arc<Load>);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// What the settling task is asked to do.
 enum Job {
@@ -78,6 +143,7 @@ pub(crate) struct Settler {
     permits: Arc<Permits>,
     /// A consumer's settler: where the messages its ends take go.
     chain: Option<Arc<Chain>>,
+    load: Arc<Load>,
 }
 
 impl Settler {
@@ -99,6 +165,7 @@ impl Settler {
             topic,
             permits,
             chain,
+            load: Arc::default(),
         };
         // The task makes deliveries of what the ends took, each with a
         // handle like this one; a weak one, so that the task still ends
@@ -113,7 +180,23 @@ impl Settler {
             topic: self.topic.clone(),
             permits: self.permits.clone(),
             chain: self.chain.clone(),
+            load: self.load.clone(),
         }
+    }
+
+    /// Counts a new delivery in this settler's load until the guard drops.
+    pub(crate) fn live(&self) -> Live {
+        self.load.live.fetch_add(1, Ordering::AcqRel);
+        Live(self.load.clone())
+    }
+
+    /// Sends a job to the settling task, counted in its load until done;
+    /// the job comes back when the task is gone.
+    fn send(&self, job: Job) -> Option<Job> {
+        self.load.queued.fetch_add(1, Ordering::AcqRel);
+        let e = self.tx.send(job).err()?;
+        self.load.queued.fetch_sub(1, Ordering::AcqRel);
+        Some(e.0)
     }
 
     /// Whether an end of a delivery may take the slot's next messages in
@@ -136,7 +219,7 @@ impl Settler {
     /// are recorded (in the background).
     pub(crate) fn free_permits(&self, tokens: Vec<String>) {
         if !tokens.is_empty() {
-            let _ = self.tx.send(Job::Free(tokens));
+            let _ = self.send(Job::Free(tokens));
         }
     }
 
@@ -155,12 +238,19 @@ impl Settler {
         fence: Option<Fence>,
         op: Op,
     ) -> Result<Settled> {
-        self.settle_taking(slot, id, fence, op, None).await.0
+        self.settle_taking(slot, id, fence, op, None, false)
+            .await
+            .outcome
     }
 
     /// Settles, the call taking the slot's next message for `take` when it
     /// may (see `chain.rs`), and waits for the outcome; the taker comes back
-    /// when the call failed.
+    /// when the call failed. With `inline`, a settle that would be alone in
+    /// its batch makes the call itself (see the module docs); it runs to
+    /// its end even if the caller stops waiting, as one sent to the
+    /// settling task does. (A delivery holding an in-flight cap permit
+    /// never settles inline: its permit is freed through the settling
+    /// task, after the settles queued before it.)
     pub(crate) async fn settle_taking(
         &self,
         slot: u32,
@@ -168,32 +258,43 @@ impl Settler {
         fence: Option<Fence>,
         op: Op,
         take: Option<Taker>,
+        inline: bool,
     ) -> Answer {
         let stopped = || Error::new(ErrorKind::Shutdown, "the consumer has stopped");
         let (reply, rx) = oneshot::channel();
-        let sent = self
-            .tx
-            .send(Job::Settle(Request {
-                slot,
-                id,
-                fence,
-                op,
-                reply: Some(reply),
-                take,
-            }))
-            .map_err(|e| match e.0 {
+        let request = Request {
+            slot,
+            id,
+            fence,
+            op,
+            reply: Some(reply),
+            take,
+        };
+        if inline && self.load.alone() {
+            // A handle of its own keeps the settling task and the means
+            // to end what the call takes, whoever else is gone by then.
+            let (me, handle) = (self.weak(), self.clone());
+            ToTheEnd::new(async move {
+                let ended = flush(&me, vec![request]).await;
+                handle.topic.give_back_room_later(ended);
+                // Dropped here, whole (the block would otherwise keep only
+                // the field it reads).
+                drop(handle);
+            })
+            .await;
+        } else if let Some(job) = self.send(Job::Settle(request)) {
+            let taker = match job {
                 Job::Settle(r) => r.take,
                 Job::Free(_) => None,
-            });
-        if let Err(taker) = sent {
-            return (Err(stopped()), taker);
+            };
+            return Answer::failed(stopped(), taker);
         }
-        rx.await.unwrap_or_else(|_| (Err(stopped()), None))
+        rx.await.unwrap_or_else(|_| Answer::failed(stopped(), None))
     }
 
     /// Settles without waiting (used on drop, where nothing can be awaited).
     pub(crate) fn settle_detached(&self, slot: u32, id: Vec<u8>, fence: Option<Fence>, op: Op) {
-        let _ = self.tx.send(Job::Settle(Request {
+        let _ = self.send(Job::Settle(Request {
             slot,
             id,
             fence,
@@ -204,6 +305,41 @@ impl Settler {
     }
 }
 
+/// An inline settle's call, which finishes in the background if its
+/// caller drops it before it has: an end that began is never cut short
+/// (a handler task aborted mid-ack, an ack under a timeout), so its
+/// message is settled, and what it took is given back, as when it goes
+/// through the settling task.
+struct ToTheEnd(Option<Pin<Box<dyn Future<Output = ()> + Send>>>);
+
+impl ToTheEnd {
+    fn new(call: impl Future<Output = ()> + Send + 'static) -> ToTheEnd {
+        ToTheEnd(Some(Box::pin(call)))
+    }
+}
+
+impl Future for ToTheEnd {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(call) = self.0.as_mut() else {
+            return Poll::Ready(());
+        };
+        let done = call.as_mut().poll(cx);
+        if done.is_ready() {
+            self.0 = None;
+        }
+        done
+    }
+}
+
+impl Drop for ToTheEnd {
+    fn drop(&mut self) {
+        if let (Some(call), Ok(rt)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(call);
+        }
+    }
+}
+
 /// The settling task's own handle: a settler that does not keep the task
 /// alive, upgraded to a [`Settler`] for each delivery it makes.
 pub(crate) struct WeakSettler {
@@ -211,6 +347,7 @@ pub(crate) struct WeakSettler {
     pub(crate) topic: Topic,
     permits: Arc<Permits>,
     pub(crate) chain: Option<Arc<Chain>>,
+    load: Arc<Load>,
 }
 
 impl WeakSettler {
@@ -222,6 +359,7 @@ impl WeakSettler {
             topic: self.topic.clone(),
             permits: self.permits.clone(),
             chain: self.chain.clone(),
+            load: self.load.clone(),
         })
     }
 }
@@ -244,6 +382,7 @@ async fn run(me: WeakSettler, mut rx: mpsc::UnboundedReceiver<Job>) {
             }
             tokio::task::yield_now().await;
         }
+        let jobs = batch.len();
         let mut settles = Vec::with_capacity(batch.len());
         let mut tokens = Vec::new();
         for job in batch {
@@ -257,6 +396,7 @@ async fn run(me: WeakSettler, mut rx: mpsc::UnboundedReceiver<Job>) {
             ended = flush(&me, settles).await;
         }
         free(&topic, &permits, tokens, ended).await;
+        me.load.queued.fetch_sub(jobs, Ordering::AcqRel);
     }
 }
 
@@ -328,7 +468,7 @@ async fn flush(me: &WeakSettler, batch: Vec<Request>) -> u64 {
     let mut calls = Vec::new();
     let mut groups: Vec<Group> = Vec::new();
     for ((slot, fence), reqs) in by_slot {
-        let keys = topic.slot_keys(slot);
+        let keys = topic.slot_keys_kept(slot);
         let channel = topic.channel_for(slot);
         let settings = topic.cached();
         let mut reqs = reqs;
@@ -343,7 +483,7 @@ async fn flush(me: &WeakSettler, batch: Vec<Request>) -> u64 {
                 .map(|c| c.generation());
             calls.push(
                 SettleRequest {
-                    keys: &keys,
+                    keys: &keys[..],
                     topic: &settings.args,
                     channel: &channel,
                     slot,
@@ -386,8 +526,9 @@ async fn flush(me: &WeakSettler, batch: Vec<Request>) -> u64 {
     ended
 }
 
-/// Hands out what one call took, then tells each settle its outcome;
-/// returns how many messages the call ended (see [`flush`]).
+/// Hands out what one call took, then tells each settle its outcome (with
+/// the delivery taken for it, when it asked for it back); returns how many
+/// messages the call ended (see [`flush`]).
 fn answer(me: &WeakSettler, group: Group, reply: redis::Value) -> u64 {
     let Group {
         slot,
@@ -395,24 +536,42 @@ fn answer(me: &WeakSettler, group: Group, reply: redis::Value) -> u64 {
         taking_since,
     } = group;
     let n = requests.len();
+    let mut nexts = Vec::new();
     let (outcomes, mut ended) = match (taking_since, &me.chain) {
         (Some(since), Some(chain)) => {
             let answer = settle::taken_outcomes(reply, n);
             if let Some((marked, v)) = answer.mark {
                 chain.marked(&me.topic, marked, v);
             }
-            let takers = requests.iter_mut().filter_map(|r| r.take.take()).collect();
-            let rolled_back = chain.hand_out(me, slot, since, answer.taken, takers);
+            let takers = requests
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, r)| r.take.take().map(|t| (i, t)))
+                .collect();
+            let (rolled_back, back) = chain.hand_out(me, slot, since, answer.taken, takers);
+            nexts = back;
             (answer.settled, rolled_back)
         }
         _ => (settle::outcomes(reply, n), 0),
     };
-    for (mut r, res) in requests.into_iter().zip(outcomes) {
+    let mut nexts = nexts.into_iter().peekable();
+    for (i, (mut r, res)) in requests.into_iter().zip(outcomes).enumerate() {
         ended += u64::from(ends_message(&r.op, &res));
         // Not used by the call: dropped once it answered.
         drop(r.take.take());
-        if let Some(tx) = r.reply {
-            let _ = tx.send((res, None));
+        let next = nexts.next_if(|(at, _)| *at == i).map(|(_, d)| d);
+        let answer = Answer {
+            outcome: res,
+            taker: None,
+            next,
+        };
+        match r.reply {
+            Some(tx) => answer.send(tx),
+            None => {
+                if let Some(d) = answer.next {
+                    d.release_detached();
+                }
+            }
         }
     }
     ended
@@ -422,7 +581,7 @@ fn answer(me: &WeakSettler, group: Group, reply: redis::Value) -> u64 {
 fn reply_all(group: Vec<Request>, e: &Error) {
     for r in group {
         if let Some(tx) = r.reply {
-            let _ = tx.send((Err(e.duplicate()), r.take));
+            Answer::failed(e.duplicate(), r.take).send(tx);
         }
     }
 }

@@ -25,6 +25,23 @@ pub struct Topic {
     live: std::sync::Arc<Live>,
     /// Durable sends: WAIT for this many replicas after each send.
     pub(crate) durability: Option<crate::conn::WaitFor>,
+    /// The keys of the slots that sends, pops and settles used, built once.
+    kept_keys: std::sync::Arc<KeptSlotKeys>,
+}
+
+/// Slots whose keys a topic's handles keep once built: every slot of a
+/// topic up to this size (16 KiB of cells when empty), none of a larger
+/// one, whose calls build them each time. A call on the hot path (send,
+/// pop, settle) then formats and allocates none of its ten key names.
+const KEPT_SLOTS: u32 = 1_024;
+
+/// The slot keys kept for [`Topic::slot_keys_kept`], filled as used.
+struct KeptSlotKeys(Vec<std::sync::OnceLock<std::sync::Arc<[String; 10]>>>);
+
+impl std::fmt::Debug for KeptSlotKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeptSlotKeys({} slots)", self.0.len())
+    }
 }
 
 impl Topic {
@@ -33,6 +50,12 @@ impl Topic {
         Topic {
             ctx,
             live: std::sync::Arc::new(Live::new(spec.clone())),
+            kept_keys: std::sync::Arc::new(KeptSlotKeys(
+                (0..spec.slots)
+                    .take_while(|_| spec.slots <= KEPT_SLOTS)
+                    .map(|_| std::sync::OnceLock::new())
+                    .collect(),
+            )),
             spec: std::sync::Arc::new(spec),
             channel,
             durability: None,
@@ -123,6 +146,20 @@ impl Topic {
 
     pub(crate) fn slot_keys(&self, slot: u32) -> [String; 10] {
         crate::keys::slot_keys(&self.ctx.prefix, &self.spec.name, slot, self.spec.slots)
+    }
+
+    /// [`slot_keys`](Self::slot_keys), built once per slot on topics of
+    /// up to [`KEPT_SLOTS`] slots (the hot path's calls: send, pop, settle).
+    pub(crate) fn slot_keys_kept(&self, slot: u32) -> std::sync::Arc<[String; 10]> {
+        let cell = usize::try_from(slot)
+            .ok()
+            .and_then(|i| self.kept_keys.0.get(i));
+        match cell {
+            Some(cell) => cell
+                .get_or_init(|| std::sync::Arc::new(self.slot_keys(slot)))
+                .clone(),
+            None => std::sync::Arc::new(self.slot_keys(slot)),
+        }
     }
 
     /// The channel on which scripts working on `slot` announce a new head:
