@@ -341,3 +341,17 @@ async fn an_ack_whose_handler_is_aborted_mid_call_still_settles_and_gives_back_w
     }
     assert_eq!(topic.stats().await.unwrap().total.acked, 1);
 }
+
+#[test]
+fn ending_a_delivery_is_a_future_that_is_send_and_sync() {
+    fn send_and_sync<T: Send + Sync>(_: &T) {}
+    // Checked at compile time: a user may box an end as `Send + Sync`.
+    fn ends(a: rmq::Delivery, b: rmq::Delivery, c: rmq::Delivery, d: rmq::Delivery) {
+        let (a, b, c, d) = (a.ack(), b.nack(None, "e"), c.dead("e"), d.release());
+        send_and_sync(&a);
+        send_and_sync(&b);
+        send_and_sync(&c);
+        send_and_sync(&d);
+    }
+    let _ = ends;
+}

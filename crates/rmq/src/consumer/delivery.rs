@@ -232,7 +232,7 @@ impl Delivery {
                     self.cap.is_none(),
                 )
                 .await;
-            next = next.or(taken);
+            next = next.or(taken.take());
             // The call failed: the delivery keeps its room and claim while
             // it tries again.
             if let Some(t) = taker {

@@ -80,7 +80,7 @@ pub(crate) struct Request {
 pub(crate) struct Answer {
     pub(crate) outcome: Result<Settled>,
     pub(crate) taker: Option<Taker>,
-    pub(crate) next: Option<Delivery>,
+    pub(crate) next: Next,
 }
 
 impl Answer {
@@ -88,17 +88,34 @@ impl Answer {
         Answer {
             outcome: Err(e),
             taker,
-            next: None,
+            next: Next(None),
         }
     }
 
-    /// Tells the waiting settle, or, when it is gone (its task was
-    /// dropped), gives what the call took for it back untouched.
+    /// Tells the waiting settle; when it is gone (its task was dropped),
+    /// what the call took for it goes back untouched (see [`Next`]).
     fn send(self, to: oneshot::Sender<Answer>) {
-        if let Err(answer) = to.send(self) {
-            if let Some(d) = answer.next {
-                d.release_detached();
-            }
+        let _ = to.send(self);
+    }
+}
+
+/// The delivery a call took for an ending delivery's task. Dropped before
+/// that task took it in hand (the task was aborted while the answer was
+/// on its way), it goes back untouched, as one still in the consumer's
+/// stream does when the stream is dropped: no attempt is counted.
+pub(crate) struct Next(Option<Delivery>);
+
+impl Next {
+    /// The delivery, now in the hands of the caller.
+    pub(crate) fn take(mut self) -> Option<Delivery> {
+        self.0.take()
+    }
+}
+
+impl Drop for Next {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            d.release_detached();
         }
     }
 }
@@ -310,23 +327,35 @@ impl Settler {
 /// (a handler task aborted mid-ack, an ack under a timeout), so its
 /// message is settled, and what it took is given back, as when it goes
 /// through the settling task.
-struct ToTheEnd(Option<Pin<Box<dyn Future<Output = ()> + Send>>>);
+///
+/// The call sits behind a mutex only so that the future stays `Sync`, as an
+/// end's future was before (`get_mut`: it is never locked). It is taken
+/// out while polled, so a call that panicked is not run again on drop.
+struct ToTheEnd(std::sync::Mutex<Option<Call>>);
+
+type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl ToTheEnd {
     fn new(call: impl Future<Output = ()> + Send + 'static) -> ToTheEnd {
-        ToTheEnd(Some(Box::pin(call)))
+        ToTheEnd(std::sync::Mutex::new(Some(Box::pin(call))))
+    }
+
+    fn call(&mut self) -> &mut Option<Call> {
+        self.0
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
 impl Future for ToTheEnd {
     type Output = ();
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let Some(call) = self.0.as_mut() else {
+        let Some(mut call) = self.call().take() else {
             return Poll::Ready(());
         };
         let done = call.as_mut().poll(cx);
-        if done.is_ready() {
-            self.0 = None;
+        if done.is_pending() {
+            *self.call() = Some(call);
         }
         done
     }
@@ -334,7 +363,7 @@ impl Future for ToTheEnd {
 
 impl Drop for ToTheEnd {
     fn drop(&mut self) {
-        if let (Some(call), Ok(rt)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+        if let (Some(call), Ok(rt)) = (self.call().take(), tokio::runtime::Handle::try_current()) {
             rt.spawn(call);
         }
     }
@@ -559,19 +588,16 @@ fn answer(me: &WeakSettler, group: Group, reply: redis::Value) -> u64 {
         ended += u64::from(ends_message(&r.op, &res));
         // Not used by the call: dropped once it answered.
         drop(r.take.take());
-        let next = nexts.next_if(|(at, _)| *at == i).map(|(_, d)| d);
+        let next = Next(nexts.next_if(|(at, _)| *at == i).map(|(_, d)| d));
         let answer = Answer {
             outcome: res,
             taker: None,
             next,
         };
-        match r.reply {
-            Some(tx) => answer.send(tx),
-            None => {
-                if let Some(d) = answer.next {
-                    d.release_detached();
-                }
-            }
+        // A detached settle never asks for what its call takes; should
+        // one, it goes back untouched as the answer drops.
+        if let Some(tx) = r.reply {
+            answer.send(tx);
         }
     }
     ended
