@@ -293,7 +293,10 @@ impl Settler {
             let (me, handle) = (self.weak(), self.clone());
             ToTheEnd::new(async move {
                 let ended = flush(&me, vec![request]).await;
-                handle.topic.give_back_room_later(ended);
+                // Given back before the end returns, as the settling task
+                // does before its next batch: a process that exits right
+                // after its last ack still gives back that message's room.
+                handle.topic.give_back_room(ended).await;
                 // Dropped here, whole (the block would otherwise keep only
                 // the field it reads).
                 drop(handle);
