@@ -52,7 +52,8 @@ pub(crate) struct Args {
     /// --cluster and --only.
     #[arg(long, conflicts_with_all = ["instructions", "forward", "coordination"])]
     pub(crate) store: bool,
-    /// Measure fleets of parallel consumers instead (a throwaway Redis):
+    /// Measure fleets of parallel consumers instead (a throwaway Redis, then
+    /// a throwaway 3-master Redis Cluster for a few sizes, "backend=cluster"):
     /// 1, 16 and 130 consumers (each a client of its own) over 16, 1,024
     /// and 65,536 slots, with the head index and without: script calls
     /// and Redis CPU at start, idle and at 1k msg/s, pop calls per

@@ -23,6 +23,13 @@
 //! Pop calls are counted by the library's own `rmq_pops_total` metric
 //! (the fetch loop's pops: one per slot it visits), read through a
 //! debugging recorder.
+//!
+//! Then a few sizes again on a throwaway Redis Cluster of three masters
+//! (`backend=cluster`; calls and CPU summed over the nodes), where the
+//! index is one key per hash tag, read in one call per master, and there
+//! are no marks (a blocking wait cannot span hash slots): without the
+//! index every consumer looks at every slot, as all did on a cluster
+//! before it was kept there.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,19 +38,21 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use rmq::{CancellationToken, Client, ClientOptions, Outcome, Topic, TopicKind, TopicSpec};
-use rmq_test_support::RedisServer;
+use rmq_test_support::{RedisCluster, RedisServer};
 use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::env::Env;
 use crate::latency::percentiles;
-use crate::redis_stats::{redis_cpu_secs, script_calls};
+use crate::redis_stats::{redis_cpu_secs_sum, script_calls};
 use crate::report::{round, table, Row};
 use crate::runner::{run_case, Results};
 use crate::workload::{make, now_ms};
 
 const SLOTS: [u32; 3] = [16, 1_024, 65_536];
 const CONSUMERS: [usize; 3] = [1, 16, 130];
+/// The sizes run again on a cluster: (slots, consumers).
+const ON_CLUSTER: [(u32, usize); 5] = [(16, 1), (1_024, 1), (65_536, 1), (1_024, 16), (65_536, 16)];
 
 /// Runs every case; prints a JSON line per case and a table at the end.
 /// Fails if any case failed.
@@ -52,30 +61,47 @@ pub(crate) async fn measure(scale: f64, smoke: bool, only: &[String]) -> Result<
     let pops = recorder.snapshotter();
     metrics::set_global_recorder(recorder).context("installing the metrics recorder")?;
     let redis = RedisServer::start();
-    let env = Env::owned_single(redis.url(), scale, smoke);
+    let single = Env::owned_single(redis.url(), scale, smoke);
     let window = if smoke {
         Duration::from_secs(1)
     } else {
         Duration::from_secs(10)
     };
-    let sizes: Vec<(u32, usize)> = if smoke {
-        vec![(16, 2)]
+    let mut sizes: Vec<(u32, usize, bool)> = if smoke {
+        vec![(16, 2, false)]
     } else {
         SLOTS
             .iter()
-            .flat_map(|&s| CONSUMERS.iter().map(move |&c| (s, c)))
+            .flat_map(|&s| CONSUMERS.iter().map(move |&c| (s, c, false)))
             .collect()
     };
+    let selected = |label: &str| only.is_empty() || only.iter().any(|o| label.contains(o.as_str()));
+    let cluster_wanted = !smoke
+        && ON_CLUSTER
+            .iter()
+            .any(|&(s, c)| selected(&format!("slots={s} consumers={c} backend=cluster")));
+    // Started only when a cluster case is asked for (it takes seconds).
+    let cluster = cluster_wanted.then(|| RedisCluster::builder().replicas(0).start());
+    let on_cluster = cluster
+        .as_ref()
+        .map(|c| Env::owned_cluster(c.urls(), scale, smoke));
+    if on_cluster.is_some() {
+        sizes.extend(ON_CLUSTER.iter().map(|&(s, c)| (s, c, true)));
+    }
     let mut out = Results::default();
-    for (i, &(slots, consumers)) in sizes.iter().enumerate() {
+    for (i, &(slots, consumers, clustered)) in sizes.iter().enumerate() {
         let order = if i % 2 == 0 {
             [true, false]
         } else {
             [false, true]
         };
+        let (env, backend) = match (clustered, &on_cluster) {
+            (true, Some(env)) => (env, " backend=cluster"),
+            _ => (&single, ""),
+        };
         for index in order {
-            let label = format!("slots={slots} consumers={consumers} head_index={index}");
-            if !only.is_empty() && !only.iter().any(|o| label.contains(o.as_str())) {
+            let label = format!("slots={slots} consumers={consumers} head_index={index}{backend}");
+            if !selected(&label) {
                 continue;
             }
             if !index && slots == 65_536 && consumers > 1 {
@@ -97,11 +123,11 @@ pub(crate) async fn measure(scale: f64, smoke: bool, only: &[String]) -> Result<
             };
             let pops = &pops;
             run_case(
-                &env,
+                env,
                 &mut out,
                 ("fleet", TopicKind::FixedTime, label),
                 env.n(20_000) + 20_000,
-                |_| case.run(&env, pops),
+                |_| case.run(env, pops),
             )
             .await;
         }
@@ -131,9 +157,13 @@ struct Seen {
     lateness: Mutex<Option<Vec<i64>>>,
 }
 
-/// Script calls and Redis CPU seconds so far.
-async fn redis_work(conn: &mut redis::aio::MultiplexedConnection) -> Result<(f64, f64)> {
-    Ok((script_calls(conn).await?, redis_cpu_secs(conn).await?))
+/// Script calls and Redis CPU seconds so far, summed over the nodes.
+async fn redis_work(nodes: &mut [redis::aio::MultiplexedConnection]) -> Result<(f64, f64)> {
+    let mut calls = 0.0;
+    for node in nodes.iter_mut() {
+        calls += script_calls(node).await?;
+    }
+    Ok((calls, redis_cpu_secs_sum(nodes).await?))
 }
 
 /// Pop calls since the last reading: (taken, empty).
@@ -161,29 +191,37 @@ fn pops_since_last(snap: &Snapshotter) -> (u64, u64) {
 }
 
 impl Case {
-    fn options(&self, prefix: &str) -> ClientOptions {
-        ClientOptions::default()
+    /// A client of its own, under `prefix`, keeping the index or not.
+    async fn connect(&self, env: &Env, prefix: &str) -> Result<Client> {
+        let options = ClientOptions::default()
             .prefix(prefix)
-            .head_index(self.index)
+            .head_index(self.index);
+        Ok(match &env.cluster_nodes {
+            Some(nodes) => {
+                let seeds: Vec<&str> = nodes.iter().map(String::as_str).collect();
+                Client::connect_cluster(&seeds, options).await?
+            }
+            None => Client::connect_with(&env.url, options).await?,
+        })
     }
 
     async fn run(self, env: &Env, pops: &Snapshotter) -> Result<Row> {
         let prefix = env.fresh_prefix();
-        let producer = Client::connect_with(&env.url, self.options(&prefix)).await?;
+        let producer = self.connect(env, &prefix).await?;
         let topic = producer
             .define_topic(TopicSpec::new("fleet", TopicKind::FixedTime).slots(self.slots))
             .await?;
-        let mut conn = env.raw().await?;
+        let mut nodes = env.raw_all().await?;
         let seen = Arc::new(Seen::default());
         let cancel = CancellationToken::new();
         let _guard = cancel.clone().drop_guard();
         let mut consumers = JoinSet::new();
 
         // Start: every consumer, then until the calls settle.
-        let (calls0, _) = redis_work(&mut conn).await?;
+        let (calls0, _) = redis_work(&mut nodes).await?;
         let t0 = Instant::now();
         for _ in 0..self.consumers {
-            let client = Client::connect_with(&env.url, self.options(&prefix)).await?;
+            let client = self.connect(env, &prefix).await?;
             let topic = client.topic("fleet").await?;
             let (seen, stop) = (seen.clone(), cancel.clone());
             consumers.spawn(async move {
@@ -209,13 +247,13 @@ impl Case {
                     .await
             });
         }
-        let start_calls = settle(&mut conn, calls0, self.consumers).await? - calls0;
+        let start_calls = settle(&mut nodes, calls0, self.consumers).await? - calls0;
         let start_s = t0.elapsed().as_secs_f64();
 
         // Idle.
-        let (c1, cpu1) = redis_work(&mut conn).await?;
+        let (c1, cpu1) = redis_work(&mut nodes).await?;
         tokio::time::sleep(self.window).await;
-        let (c2, cpu2) = redis_work(&mut conn).await?;
+        let (c2, cpu2) = redis_work(&mut nodes).await?;
         let w = self.window.as_secs_f64();
         let idle_calls = (c2 - c1) / w;
         let idle_cpu_ms = (cpu2 - cpu1) * 1e3 / w;
@@ -224,9 +262,9 @@ impl Case {
         pops_since_last(pops);
         *seen.lateness.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
         let before = seen.delivered.load(Ordering::Relaxed);
-        let (c3, cpu3) = redis_work(&mut conn).await?;
+        let (c3, cpu3) = redis_work(&mut nodes).await?;
         let sent = steady(&topic, self.window).await?;
-        let (c4, cpu4) = redis_work(&mut conn).await?;
+        let (c4, cpu4) = redis_work(&mut nodes).await?;
         drained(&seen, before + sent).await?;
         let (taken, empty) = pops_since_last(pops);
         let lateness = seen
@@ -261,7 +299,12 @@ impl Case {
         Ok(Row::new(
             "fleet",
             TopicKind::FixedTime,
-            json!({"slots": self.slots, "consumers": self.consumers, "head_index": self.index}),
+            json!({
+                "slots": self.slots,
+                "consumers": self.consumers,
+                "head_index": self.index,
+                "backend": if env.cluster_nodes.is_some() { "cluster" } else { "single" },
+            }),
             sent,
             w,
         )
@@ -285,7 +328,7 @@ impl Case {
 /// Waits until script calls settle (two half-seconds with fewer than
 /// 20 calls per consumer each, or 60 s); the calls then.
 async fn settle(
-    conn: &mut redis::aio::MultiplexedConnection,
+    nodes: &mut [redis::aio::MultiplexedConnection],
     mut last: f64,
     consumers: usize,
 ) -> Result<f64> {
@@ -293,7 +336,7 @@ async fn settle(
     let mut quiet = 0;
     while quiet < 2 && start.elapsed() < Duration::from_secs(60) {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = script_calls(conn).await?;
+        let (now, _) = redis_work(nodes).await?;
         if now - last < 20.0 * consumers as f64 {
             quiet += 1;
         } else {

@@ -137,6 +137,47 @@ pub(crate) fn head_index_and_marks_of(slot_key: &[u8]) -> Option<[String; 2]> {
     Some([head_index(prefix, topic), marks(prefix, topic)])
 }
 
+/// Cluster: ZSET, the head index of a topic's slots whose hash tag is
+/// `tag` (every slot of a topic of up to 16,384 slots has a tag of its
+/// own; 65,536 slots share each tag four ways). It carries that tag, so a
+/// slot script keeps it without leaving its hash slot, and a consumer
+/// reads the indexes a master serves in one call (`scripts/lua/heads.lua`).
+/// The `#` keeps it apart from the slots' keys (a topic holds none).
+pub(crate) fn tag_head_index(prefix: &str, topic: &str, tag: &str) -> String {
+    format!("{prefix}:{{{tag}}}:heads#{topic}")
+}
+
+/// Cluster: the marks key named beside a tag's head index in a call of
+/// `heads.lua`, which only deletes it (a cluster keeps no marks: a
+/// blocking wait cannot span hash slots).
+pub(crate) fn tag_marks(prefix: &str, topic: &str, tag: &str) -> String {
+    format!("{prefix}:{{{tag}}}:marks#{topic}")
+}
+
+/// Cluster: the head index of the slot whose key is `slot_key`
+/// (`<prefix>:{<tag>}:<topic>:<slot>:<x>`). None for any other key.
+pub(crate) fn tag_head_index_of(slot_key: &[u8]) -> Option<String> {
+    let key = std::str::from_utf8(slot_key).ok()?;
+    let (prefix, rest) = key.split_once(":{")?;
+    let (tag, rest) = rest.split_once("}:")?;
+    let (topic, _) = rest.split_once(':')?;
+    Some(tag_head_index(prefix, topic, tag))
+}
+
+/// The distinct hash tags of a topic's slots, in slot order.
+pub(crate) fn topic_tags(topic: &str, slots: u32) -> Vec<&'static str> {
+    let mut tags: Vec<&'static str> = Vec::with_capacity(slots.min(HASH_SLOTS) as usize);
+    for slot in 0..slots.max(1) {
+        let tag = slot_tag(topic, slot, slots);
+        // Slots sharing a tag are neighbours (slot i goes to hash slot
+        // offset + i * 16384 / slots).
+        if tags.last() != Some(&tag) {
+            tags.push(tag);
+        }
+    }
+    tags
+}
+
 /// Single node: the one pub/sub channel (PUBLISH) on which send and settle
 /// announce a new head of any slot of the topic.
 pub(crate) fn wake_channel(prefix: &str, topic: &str) -> String {
@@ -256,6 +297,33 @@ mod tests {
             assert!(!marks(prefix, topic).contains('{'));
         }
         assert_eq!(head_index_and_marks_of(b"rmq:topics"), None);
+    }
+
+    #[test]
+    fn a_slot_key_names_the_head_index_of_its_tag_in_its_own_hash_slot() {
+        for (slot, slots) in [(0, 1), (5, 64), (65535, 65536), (9, 16)] {
+            let keys = slot_keys("a:b", "orders", slot, slots);
+            let tag = slot_tag("orders", slot, slots);
+            let index = tag_head_index("a:b", "orders", tag);
+            assert_eq!(tag_head_index_of(keys[0].as_bytes()), Some(index.clone()));
+            assert_eq!(slot_of(&index), slot_of(&keys[0]));
+            assert_eq!(slot_of(&tag_marks("a:b", "orders", tag)), slot_of(&index));
+            assert!(index.contains(":heads#") && !keys.iter().any(|k| k.contains('#')));
+        }
+        assert_eq!(tag_head_index_of(b"rmq:topics"), None);
+    }
+
+    #[test]
+    fn a_topics_tags_are_one_per_slot_up_to_16384_slots_and_then_shared() {
+        for slots in [1, 16, 1024, 16384, 65536] {
+            let tags = topic_tags("orders", slots);
+            let distinct: std::collections::HashSet<_> = tags.iter().collect();
+            assert_eq!(distinct.len(), tags.len(), "{slots}: no tag twice");
+            assert_eq!(tags.len() as u32, slots.min(HASH_SLOTS), "{slots}");
+            for slot in [0, slots / 2, slots - 1] {
+                assert!(tags.contains(&slot_tag("orders", slot, slots)));
+            }
+        }
     }
 
     #[test]

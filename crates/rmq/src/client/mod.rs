@@ -184,7 +184,10 @@ impl Client {
             }
         }
         redis.waitaof = supports_waitaof(&redis).await;
-        redis.head_index = options.head_index && standalone;
+        // One index key needs a server not in cluster mode; a cluster
+        // client keeps one per hash tag. A server in cluster mode reached
+        // as one node keeps none (a script there keeps to one hash slot).
+        redis.head_index = options.head_index && (standalone || redis.is_cluster());
         if redis.functions {
             check_functions_loaded(&redis).await?;
         } else {

@@ -5,8 +5,10 @@
 use super::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys;
+use crate::scripts::heads::IndexOp;
 use crate::scripts::registry::{self, Defined};
-use crate::scripts::{heads, inflight, rate, room};
+use crate::scripts::{inflight, rate, room};
+use crate::topic::index::index_calls;
 use crate::topic::{validate_topic_name, Topic, TopicSpec, LIVE_REFRESH};
 
 impl Client {
@@ -41,8 +43,18 @@ impl Client {
             // A topic defined now holds nothing: its head index is complete
             // from the start, and its first consumer need not look at
             // every slot.
-            let (id, cmd) = heads::mark(self.prefix(), &spec.name);
-            if let Err(e) = self.inner.ctx.redis.run_one(id, cmd).await {
+            let redis = &self.inner.ctx.redis;
+            let marked = async {
+                let calls =
+                    index_calls(redis, self.prefix(), &spec.name, spec.slots, IndexOp::Mark)
+                        .await?;
+                redis
+                    .run(calls)
+                    .await?
+                    .into_iter()
+                    .try_for_each(|r| r.map(drop))
+            };
+            if let Err(e) = marked.await {
                 // Its first consumer looks at every slot, then marks it.
                 tracing::warn!(topic = %spec.name, "marking the head index failed: {e}");
             }

@@ -87,6 +87,27 @@ fn node_name(node: &[Value]) -> Option<Vec<u8>> {
 }
 
 impl Redis {
+    /// The cluster's layout as last asked, asking now if it never was or
+    /// was forgotten.
+    pub(crate) async fn known_layout(&self) -> Result<std::sync::Arc<ClusterLayout>> {
+        if let Some(known) = self
+            .layout
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return Ok(known);
+        }
+        let layout = std::sync::Arc::new(self.cluster_layout().await?);
+        *self.layout.lock().unwrap_or_else(|p| p.into_inner()) = Some(layout.clone());
+        Ok(layout)
+    }
+
+    /// Forgets the layout: a call grouped by it found a key elsewhere.
+    pub(crate) fn forget_layout(&self) {
+        *self.layout.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     /// The cluster's layout now, as any node tells it.
     pub(crate) async fn cluster_layout(&self) -> Result<ClusterLayout> {
         let reply: Value = self.query(redis::cmd("CLUSTER").arg("SLOTS")).await?;

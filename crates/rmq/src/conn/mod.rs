@@ -126,11 +126,13 @@ pub(crate) struct Redis {
     /// A cluster: how long a call keeps trying through a failover (see
     /// [`ClientOptions::failover_window`](crate::ClientOptions::failover_window)).
     pub(crate) failover_window: std::time::Duration,
-    /// A single server not in cluster mode: slot scripts keep each topic's
-    /// head index, which lies outside the slots' hash tags
-    /// (`scripts/lua/notify.lua`), and consumers read it instead of
+    /// Slot scripts keep each topic's head index (`scripts/lua/notify.lua`;
+    /// on a cluster one per hash tag), and consumers read it instead of
     /// looking at every slot.
     pub(crate) head_index: bool,
+    /// A cluster: which master serves each hash slot, as last asked (None:
+    /// not asked yet, or forgotten since it proved stale).
+    layout: std::sync::Arc<std::sync::Mutex<Option<std::sync::Arc<ClusterLayout>>>>,
 }
 
 /// How long a cluster call keeps trying through a failover by default:
@@ -190,6 +192,7 @@ impl Redis {
             waitaof: false,
             failover_window: DEFAULT_FAILOVER_WINDOW,
             head_index: false,
+            layout: Default::default(),
         }
     }
 
@@ -364,17 +367,24 @@ impl Redis {
                     true => crate::scripts::functions::as_fcall(id, &cmd),
                     false => cmd,
                 };
-                if self.is_cluster() && id.memoized() {
-                    (id, with_request_key(&cmd, ttl))
-                } else if self.head_index && id.keeps_head_index() {
-                    let cmd = with_keys_after_keys(&cmd, |first| {
+                let cluster = self.is_cluster();
+                let cmd = match cluster && id.memoized() {
+                    true => with_request_key(&cmd, ttl),
+                    false => cmd,
+                };
+                // The index after the request key (notify.lua finds it by
+                // its name); a cluster keeps no marks.
+                let cmd = match (self.head_index && id.keeps_head_index(), cluster) {
+                    (false, _) => cmd,
+                    (true, true) => with_keys_after_keys(&cmd, |first| {
+                        crate::keys::tag_head_index_of(first).map(|k| [k.into_bytes()])
+                    }),
+                    (true, false) => with_keys_after_keys(&cmd, |first| {
                         crate::keys::head_index_and_marks_of(first)
                             .map(|k| k.map(String::into_bytes))
-                    });
-                    (id, cmd)
-                } else {
-                    (id, cmd)
-                }
+                    }),
+                };
+                (id, cmd)
             })
             .collect()
     }

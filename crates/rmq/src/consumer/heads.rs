@@ -1,5 +1,5 @@
-//! Looking at a topic through its head index (a single node only; see
-//! `scripts/lua/notify.lua`): at start, after a reconnection and at every
+//! Looking at a topic through its head index (`scripts/lua/notify.lua`;
+//! on a cluster one per hash tag, read in a call per master): at start, after a reconnection and at every
 //! rescan, one read tells the consumer which slots have work and when,
 //! whatever the slot count, instead of one look per slot. A few slots are
 //! looked at directly with each read, in turn (the sweep), so that an
@@ -12,7 +12,8 @@
 
 use super::pop::{parse_pop, pop_call};
 use super::Shared;
-use crate::scripts::heads::{self, Heads};
+use crate::scripts::heads::{Heads, IndexOp};
+use crate::topic::index::index_calls;
 use crate::topic::Topic;
 
 /// Index entries read at most per call: all others sort after them.
@@ -30,10 +31,27 @@ pub(crate) enum Looked {
     Failed,
 }
 
-/// Reads the index (up to [`READ_LIMIT`] entries) and looks at `sweep`
-/// directly, in one round trip, and records what both say.
+/// Reads the index (up to [`READ_LIMIT`] entries; on a cluster, one read
+/// per master) and looks at `sweep` directly, in one round trip, and
+/// records what both say.
 pub(crate) async fn look(topic: &Topic, shared: &Shared, sweep: &[u32]) -> Looked {
-    let mut calls = vec![heads::read(topic.prefix(), topic.name(), READ_LIMIT)];
+    let redis = topic.redis();
+    let mut calls = match index_calls(
+        redis,
+        topic.prefix(),
+        topic.name(),
+        topic.spec.slots,
+        IndexOp::Read(READ_LIMIT),
+    )
+    .await
+    {
+        Ok(calls) => calls,
+        Err(e) => {
+            tracing::debug!(topic = %topic.name(), "the head index cannot be read as a whole, looking at every slot: {e}");
+            return Looked::Incomplete;
+        }
+    };
+    let reads = calls.len();
     let args = topic.cached().args.clone();
     calls.extend(
         sweep
@@ -41,22 +59,28 @@ pub(crate) async fn look(topic: &Topic, shared: &Shared, sweep: &[u32]) -> Looke
             .map(|&slot| pop_call(topic, &args, slot, 0, None)),
     );
     let since = shared.lock().generation();
-    let mut replies = match topic.redis().run(calls).await {
+    let mut replies = match redis.run(calls).await {
         Ok(r) => r.into_iter(),
         Err(e) => {
             tracing::warn!(topic = %topic.name(), "reading the head index failed, will retry: {e}");
             return Looked::Failed;
         }
     };
-    let read = match replies.next() {
-        Some(Ok(v)) => Heads::parse(v),
-        Some(Err(e)) => {
-            tracing::warn!(topic = %topic.name(), "the head index is unreadable, looking at every slot: {e}");
-            None
-        }
-        None => None,
-    };
-    let Some(read) = read.filter(|r| r.complete) else {
+    let read: Option<Vec<Heads>> = replies
+        .by_ref()
+        .take(reads)
+        .map(|reply| match reply {
+            Ok(v) => Heads::parse(v),
+            Err(e) => {
+                tracing::warn!(topic = %topic.name(), "the head index is unreadable, looking at every slot: {e}");
+                None
+            }
+        })
+        .collect();
+    let Some(read) = read.map(Heads::merged).filter(|r| r.complete) else {
+        // On a cluster an index elsewhere than the layout said also makes
+        // a read incomplete: ask for the layout again next time.
+        redis.forget_layout();
         return Looked::Incomplete;
     };
     let mut s = shared.lock();
@@ -75,8 +99,23 @@ pub(crate) async fn look(topic: &Topic, shared: &Shared, sweep: &[u32]) -> Looke
 /// Notes the index complete, after every slot was looked at (each look
 /// wrote its slot's entry).
 pub(crate) async fn mark_complete(topic: &Topic) {
-    let (id, cmd) = heads::mark(topic.prefix(), topic.name());
-    if let Err(e) = topic.redis().run_one(id, cmd).await {
+    let redis = topic.redis();
+    let marked = async {
+        let calls = index_calls(
+            redis,
+            topic.prefix(),
+            topic.name(),
+            topic.spec.slots,
+            IndexOp::Mark,
+        )
+        .await?;
+        redis
+            .run(calls)
+            .await?
+            .into_iter()
+            .try_for_each(|r| r.map(drop))
+    };
+    if let Err(e) = marked.await {
         tracing::debug!(topic = %topic.name(), "marking the head index complete failed: {e}");
     }
 }

@@ -192,9 +192,10 @@ impl ConsumerBuilder {
         let spec = self.topic.spec();
         let member: Arc<str> = format!("{:016x}", rand::random::<u64>()).into();
         // Parallel consumers on a single node wait on the marks (one
-        // consumer per new head); serial members hear every notice and
-        // take the slots they own.
-        let marks = self.serial.is_none() && self.topic.redis().head_index;
+        // consumer per new head); serial members, and every consumer on a
+        // cluster (a wait cannot span hash slots), hear every notice.
+        let redis = self.topic.redis();
+        let marks = self.serial.is_none() && redis.head_index && !redis.is_cluster();
         let shared = Arc::new(Shared::new(
             spec.kind,
             spec.slots,

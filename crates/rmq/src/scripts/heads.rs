@@ -1,5 +1,7 @@
 //! `heads.lua`'s calls and reply, typed: reading, marking and dropping a
-//! topic's head index (a single node only; `lua/notify.lua` describes it).
+//! topic's head index (`lua/notify.lua` describes it): one key on a
+//! single node; on a cluster one per hash tag of the topic's slots, a call
+//! covering those one master serves.
 
 use redis::{Cmd, Value};
 
@@ -9,16 +11,39 @@ use crate::value::{as_int, as_score, items};
 /// The script's KEYS, by the names its header gives them.
 pub(crate) const KEYS: [&str; 2] = ["index", "marks"];
 /// The script's ARGV, by the names its header gives them.
-pub(crate) const ARGV: [&str; 2] = ["op", "limit"];
+pub(crate) const ARGV: [&str; 3] = ["op", "limit", "more_indexes"];
 
-/// The topic's head index and marks (`keys::head_index`, `keys::marks`).
-fn heads(prefix: &str, topic: &str, op: &str, limit: usize) -> (ScriptId, Cmd) {
+/// What a call does to the indexes it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IndexOp {
+    /// Reads up to this many entries, smallest first.
+    Read(usize),
+    /// Notes each index complete: every slot with work has an entry.
+    Mark,
+    /// Deletes the indexes and the marks (their topic is being deleted).
+    Drop,
+}
+
+impl IndexOp {
+    fn args(self) -> (&'static str, String) {
+        match self {
+            IndexOp::Read(limit) => ("read", limit.to_string()),
+            IndexOp::Mark => ("mark", "1".into()),
+            IndexOp::Drop => ("drop", "1".into()),
+        }
+    }
+}
+
+/// A single node: `op` on the topic's one index and its marks
+/// (`keys::head_index`, `keys::marks`).
+pub(crate) fn on_one_node(prefix: &str, topic: &str, op: IndexOp) -> (ScriptId, Cmd) {
     let keys: [String; KEYS.len()] = [
         crate::keys::head_index(prefix, topic),
         crate::keys::marks(prefix, topic),
     ];
-    let limit = limit.to_string();
-    let args: [&[u8]; ARGV.len()] = [op.as_bytes(), limit.as_bytes()];
+    let (op, limit) = op.args();
+    // In the order of `ARGV`, without the cluster's further indexes.
+    let args: [&[u8]; ARGV.len() - 1] = [op.as_bytes(), limit.as_bytes()];
     // A single node's keys only (no hash tag): never sent to a cluster.
     (
         ScriptId::Heads,
@@ -26,19 +51,29 @@ fn heads(prefix: &str, topic: &str, op: &str, limit: usize) -> (ScriptId, Cmd) {
     )
 }
 
-/// Reads the `limit` smallest entries of the index.
-pub(crate) fn read(prefix: &str, topic: &str, limit: usize) -> (ScriptId, Cmd) {
-    heads(prefix, topic, "read", limit)
-}
-
-/// Notes the index complete: every slot with work has an entry.
-pub(crate) fn mark(prefix: &str, topic: &str) -> (ScriptId, Cmd) {
-    heads(prefix, topic, "mark", 1)
-}
-
-/// Deletes the index and the marks (their topic is being deleted).
-pub(crate) fn drop_index(prefix: &str, topic: &str) -> (ScriptId, Cmd) {
-    heads(prefix, topic, "drop", 1)
+/// A cluster: `op` on the indexes of `tags` (`keys::tag_head_index`), which
+/// one master serves as far as the caller knows. The first is declared,
+/// with its marks key, and routes the call; the others go in ARGV. None
+/// for no tags.
+pub(crate) fn on_one_master(
+    prefix: &str,
+    topic: &str,
+    tags: &[&str],
+    op: IndexOp,
+) -> Option<(ScriptId, Cmd)> {
+    let (first, more) = tags.split_first()?;
+    let keys: [String; KEYS.len()] = [
+        crate::keys::tag_head_index(prefix, topic, first),
+        crate::keys::tag_marks(prefix, topic, first),
+    ];
+    let more: Vec<String> = more
+        .iter()
+        .map(|tag| crate::keys::tag_head_index(prefix, topic, tag))
+        .collect();
+    let (op, limit) = op.args();
+    let mut args: Vec<&[u8]> = vec![op.as_bytes(), limit.as_bytes()];
+    args.extend(more.iter().map(String::as_bytes));
+    Some((ScriptId::Heads, super::call(ScriptId::Heads, &keys, &args)))
 }
 
 /// What a read found.
@@ -73,6 +108,29 @@ impl Heads {
             entries,
         })
     }
+
+    /// One read of several reads (a cluster's, one per master): complete
+    /// when each is, and cut where the first read that left entries out
+    /// stopped, so that every entry left out still sorts after every entry
+    /// kept.
+    pub(crate) fn merged(reads: Vec<Heads>) -> Heads {
+        let complete = reads.iter().all(|r| r.complete);
+        let horizon = reads
+            .iter()
+            .filter(|r| r.more)
+            .map(|r| r.entries.last().map_or(i64::MIN, |&(_, v)| v))
+            .min();
+        let mut entries: Vec<(u32, i64)> = reads.into_iter().flat_map(|r| r.entries).collect();
+        entries.sort_by_key(|&(_, v)| v);
+        if let Some(h) = horizon {
+            entries.retain(|&(_, v)| v <= h);
+        }
+        Heads {
+            complete,
+            more: horizon.is_some(),
+            entries,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -84,6 +142,57 @@ mod tests {
     fn the_request_follows_the_lua_header() {
         assert_eq!(header_keys(ScriptId::Heads), KEYS);
         assert_eq!(header_argv(ScriptId::Heads), ARGV);
+    }
+
+    #[test]
+    fn reads_of_several_masters_merge_in_order_and_stop_where_one_left_entries_out() {
+        let read = |complete, more, entries: &[(u32, i64)]| Heads {
+            complete,
+            more,
+            entries: entries.to_vec(),
+        };
+        let all = Heads::merged(vec![
+            read(true, false, &[(1, 10), (4, 40)]),
+            read(true, false, &[(2, 5), (3, 30)]),
+        ]);
+        assert_eq!(all, read(true, false, &[(2, 5), (1, 10), (3, 30), (4, 40)]));
+        // The second read stopped at 20: what it left out may come before 40.
+        let cut = Heads::merged(vec![
+            read(true, false, &[(1, 10), (4, 40)]),
+            read(true, true, &[(2, 5), (3, 20)]),
+        ]);
+        assert_eq!(cut, read(true, true, &[(2, 5), (1, 10), (3, 20)]));
+        let incomplete = Heads::merged(vec![read(true, false, &[]), read(false, false, &[])]);
+        assert!(!incomplete.complete);
+    }
+
+    #[test]
+    fn a_cluster_call_declares_one_index_with_its_marks_and_names_the_others() {
+        let (_, cmd) = on_one_master("p", "t", &["a", "b", "c"], IndexOp::Read(7)).unwrap();
+        let args: Vec<Vec<u8>> = cmd
+            .args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(b) => Some(b.to_vec()),
+                _ => None,
+            })
+            .collect();
+        let text: Vec<String> = args[2..]
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "2",
+                "p:{a}:heads#t",
+                "p:{a}:marks#t",
+                "read",
+                "7",
+                "p:{b}:heads#t",
+                "p:{c}:heads#t"
+            ]
+        );
+        assert!(on_one_master("p", "t", &[], IndexOp::Mark).is_none());
     }
 
     #[test]

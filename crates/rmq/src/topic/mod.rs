@@ -4,6 +4,7 @@
 //! inspects; a bounded topic's room (`bound.rs`).
 
 mod bound;
+pub(crate) mod index;
 mod live;
 mod spec;
 

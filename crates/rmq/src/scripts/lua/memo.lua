@@ -20,9 +20,10 @@
 -- not KEYS[11].
 
 -- A single node's KEYS[11] is the topic's index of slot heads (notify.lua),
--- which has no hash tag; a request key always has its slot's.
+-- which has no hash tag; a request key always has its slot's, and no index
+-- name (':heads#') may be taken for one.
 local MEMO = KEYS[memo_key_at or 11]
-if MEMO and not string.find(MEMO, '{', 1, true) then
+if MEMO and (not string.find(MEMO, '{', 1, true) or string.find(MEMO, ':heads#', 1, true)) then
   MEMO = nil
 end
 if MEMO then

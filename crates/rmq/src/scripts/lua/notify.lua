@@ -10,19 +10,31 @@
 -- work earlier lowers it (announce), pop sets it exactly, and settle
 -- removes it once the slot holds nothing.
 -- So an idle consumer reads one key instead of looking at every slot.
--- The caller passes the index as KEYS[11] when it keeps one; a cluster's
--- KEYS[11] is a request key (memo.lua), which carries a hash tag (the
--- index never does), and is never taken for the index. The index is
--- written last, with pcall: a foreign key there must not fail a script
--- that already wrote (consumers then find the index unreadable and look
--- at every slot instead).
-local IDX = KEYS[11]
-if IDX and string.find(IDX, '{', 1, true) then
-  IDX = nil
+-- On a Redis Cluster the index is kept per hash tag (keys.rs
+-- tag_head_index: the slots of one tag, in that tag's hash slot), and a
+-- consumer reads the indexes a master serves in one call (heads.lua).
+-- The caller passes the index right after the slot's keys: KEYS[11] on a
+-- single node, KEYS[12] on a cluster, whose KEYS[11] is the request key
+-- (memo.lua). It is told by its name: only an index holds ':heads#'
+-- (neither prefix nor topic may hold a '#'). The index is written last,
+-- with pcall: a foreign key there must not fail a script that already
+-- wrote (consumers then find the index unreadable and look at every slot
+-- instead).
+local IDX
+local MARKS
+for i = 11, 12 do
+  if KEYS[i] and string.find(KEYS[i], ':heads#', 1, true) then
+    IDX = KEYS[i]
+    -- The topic's marks (a single node only, passed right after the
+    -- index): see below.
+    if KEYS[i + 1] and string.find(KEYS[i + 1], ':marks#', 1, true) then
+      MARKS = KEYS[i + 1]
+    end
+    break
+  end
 end
 
--- The topic's marks (a single node only, passed as KEYS[12] with the
--- index): a ZSET slot -> index value of work that no consumer has been
+-- The topic's marks (a single node only, passed after the index): a ZSET slot -> index value of work that no consumer has been
 -- told of yet. An idle consumer waits on it with BZMPOP, and Redis hands
 -- each mark to exactly one waiting consumer: a new head wakes one
 -- consumer, not every one (the pub/sub notice still goes out, for serial
@@ -34,7 +46,6 @@ end
 -- a lease ends with its settle, and one that runs out is found by the
 -- consumers' rescans of the index. (A serial owner's slot lease is: a
 -- parallel pop that may not take from the slot marks its end.) Written with pcall, as the index.
-local MARKS = IDX and KEYS[12]
 
 -- Sets slot's entry of the index or of the marks (key; nil when the
 -- connection keeps neither) to v, or removes it (v false). With pcall, as

@@ -1,0 +1,133 @@
+//! A topic's head index as a whole (`scripts/lua/notify.lua` describes
+//! it): one key on a single node; on a Redis Cluster one per hash tag of
+//! the topic's slots (up to 16,384), which a consumer reads, and a new or
+//! deleted topic marks or drops, in one call per master (more for a master
+//! serving more than [`INDEXES_PER_CALL`] of them), as the cluster's layout
+//! says. A stale layout costs a read its completeness (the consumer then
+//! looks at every slot and the layout is asked again), never a wrong
+//! answer.
+
+use redis::Cmd;
+
+use crate::conn::{ClusterLayout, Redis};
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys::{cluster_hash_slot, topic_tags};
+use crate::scripts::heads::{self, IndexOp};
+use crate::scripts::ScriptId;
+
+/// Indexes one cluster call reaches at most: a 65,536-slot topic's
+/// 16,384 tags on three masters take a call each (a read of an index
+/// with nothing to report is one `ZRANGE`).
+const INDEXES_PER_CALL: usize = 8_192;
+
+/// The calls that do `op` on the whole head index of topic `name` with
+/// `slots` slots. Err when the cluster's layout could not be read or
+/// leaves a tag's hash slot unserved.
+pub(crate) async fn index_calls(
+    redis: &Redis,
+    prefix: &str,
+    name: &str,
+    slots: u32,
+    op: IndexOp,
+) -> Result<Vec<(ScriptId, Cmd)>> {
+    if !redis.is_cluster() {
+        return Ok(vec![heads::on_one_node(prefix, name, op)]);
+    }
+    let layout = redis.known_layout().await?;
+    per_master_calls(&layout, prefix, name, slots, op).ok_or_else(|| {
+        redis.forget_layout();
+        Error::new(
+            ErrorKind::Redis,
+            "the cluster layout leaves some hash slot of the topic unserved",
+        )
+    })
+}
+
+/// The cluster calls: the topic's tags grouped by the master `layout`
+/// says serves each, in chunks. None when one is served by none.
+fn per_master_calls(
+    layout: &ClusterLayout,
+    prefix: &str,
+    name: &str,
+    slots: u32,
+    op: IndexOp,
+) -> Option<Vec<(ScriptId, Cmd)>> {
+    let mut by_master: std::collections::BTreeMap<u16, Vec<&str>> = Default::default();
+    for tag in topic_tags(name, slots) {
+        let master = layout.master_of(cluster_hash_slot(tag.as_bytes()))?;
+        by_master.entry(master).or_default().push(tag);
+    }
+    by_master
+        .values()
+        .flat_map(|tags| tags.chunks(INDEXES_PER_CALL))
+        .map(|chunk| heads::on_one_master(prefix, name, chunk, op))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value;
+
+    /// Three masters with equal contiguous ranges.
+    fn three_masters() -> ClusterLayout {
+        let entry = |start: i64, end: i64, id: &str| {
+            Value::Array(vec![
+                Value::Int(start),
+                Value::Int(end),
+                Value::Array(vec![
+                    Value::BulkString(b"127.0.0.1".to_vec()),
+                    Value::Int(7000),
+                    Value::BulkString(id.as_bytes().to_vec()),
+                ]),
+            ])
+        };
+        let reply = Value::Array(vec![
+            entry(0, 5460, "a"),
+            entry(5461, 10922, "b"),
+            entry(10923, 16383, "c"),
+        ]);
+        ClusterLayout::of_reply(&reply).unwrap()
+    }
+
+    #[test]
+    fn each_call_reaches_one_masters_indexes_and_all_calls_reach_every_tag() {
+        let layout = three_masters();
+        for slots in [1, 16, 1_024, 65_536] {
+            let calls = per_master_calls(&layout, "p", "orders", slots, IndexOp::Read(10)).unwrap();
+            let mut reached = 0;
+            for (_, cmd) in &calls {
+                let keys: Vec<String> = cmd
+                    .args_iter()
+                    .filter_map(|a| match a {
+                        redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                        _ => None,
+                    })
+                    .filter(|a| a.contains(":heads#"))
+                    .collect();
+                let masters: std::collections::HashSet<_> = keys
+                    .iter()
+                    .map(|k| layout.master_of(cluster_hash_slot(k.as_bytes())))
+                    .collect();
+                assert_eq!(masters.len(), 1, "{slots} slots: one master per call");
+                reached += keys.len();
+            }
+            assert_eq!(reached, topic_tags("orders", slots).len(), "{slots} slots");
+            assert!(calls.len() <= 3, "{slots} slots: {} calls", calls.len());
+        }
+    }
+
+    #[test]
+    fn a_tag_no_master_serves_gives_no_calls() {
+        let reply = Value::Array(vec![Value::Array(vec![
+            Value::Int(0),
+            Value::Int(99),
+            Value::Array(vec![
+                Value::BulkString(b"127.0.0.1".to_vec()),
+                Value::Int(7000),
+            ]),
+        ])]);
+        let layout = ClusterLayout::of_reply(&reply).unwrap();
+        assert!(per_master_calls(&layout, "p", "orders", 1_024, IndexOp::Mark).is_none());
+    }
+}
