@@ -57,11 +57,22 @@ pub(crate) struct Args {
     /// 1, 16 and 130 consumers (each a client of its own) over 16, 1,024
     /// and 65,536 slots, with the head index and without: script calls
     /// and Redis CPU at start, idle and at 1k msg/s, pop calls per
-    /// delivered message, lateness, and a backlog's drain rate. --only
-    /// picks cases by their label (e.g. "slots=65536"); ignores --redis
-    /// and --cluster.
+    /// delivered message, lateness, and a backlog's drain rate; then 16
+    /// and 64 consumers as processes of their own ("processes=true").
+    /// --only picks cases by their label (e.g. "slots=65536"); ignores
+    /// --redis and --cluster.
     #[arg(long, conflicts_with_all = ["instructions", "forward", "coordination", "store"])]
     pub(crate) fleet: bool,
+    /// (Started by --fleet.) Be one consumer of a fleet in a process of
+    /// its own, on --redis (with --cluster: its seeds), driven over stdin.
+    #[arg(long, hide = true, requires_all = ["redis", "member_prefix"])]
+    pub(crate) fleet_member: bool,
+    /// (--fleet-member) The fleet's key prefix.
+    #[arg(long, hide = true)]
+    pub(crate) member_prefix: Option<String>,
+    /// (--fleet-member) Whether the member keeps the head index.
+    #[arg(long, hide = true, default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) member_head_index: bool,
     /// Run only the scenarios whose name contains one of these (comma separated);
     /// "NAME PARAMS" (e.g. "consume concurrency=128 batch=64") runs one case.
     #[arg(long, value_delimiter = ',')]

@@ -66,6 +66,9 @@ fn main() -> std::process::ExitCode {
         eprintln!("--scale must be a positive number");
         return std::process::ExitCode::from(2);
     }
+    if args.fleet_member {
+        return fleet_member(args);
+    }
     if args.instructions {
         return count_instructions(scale, args.smoke);
     }
@@ -177,6 +180,38 @@ fn count_instructions(scale: f64, smoke: bool) -> std::process::ExitCode {
 /// Runs one of the modes that measure something besides the queue
 /// (`--coordination`, `--store`, `--forward`; see their modules) on a
 /// runtime of its own; a failure is said on stderr under the mode's flag.
+/// One consumer of a fleet, in a process of its own (`fleet/member.rs`),
+/// on a runtime of one thread: 64 of them share this host's two cores.
+fn fleet_member(args: Args) -> std::process::ExitCode {
+    let (Some(url), Some(prefix)) = (args.redis, args.member_prefix) else {
+        eprintln!("--fleet-member needs --redis and --member-prefix");
+        return std::process::ExitCode::from(2);
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rmq-bench --fleet-member: starting the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let member = fleet::member::MemberArgs {
+        url,
+        cluster: args.cluster,
+        prefix,
+        head_index: args.member_head_index,
+    };
+    match rt.block_on(fleet::member::run(member)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rmq-bench --fleet-member: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 fn run_mode(
     flag: &str,
     measure: impl std::future::Future<Output = anyhow::Result<()>>,

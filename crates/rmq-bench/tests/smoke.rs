@@ -244,16 +244,25 @@ fn smoke_rows(mode: &str) -> (Vec<serde_json::Value>, String) {
 }
 
 /// `--fleet --smoke`: one small fleet with the head index and without,
-/// each through every phase: the calls at start and idle, the load's
-/// deliveries with their pop calls counted, and the backlog drained.
+/// its consumers in this process and then in processes of their own, each
+/// through every phase: the calls at start and idle, the load's
+/// deliveries with their pop calls counted (in the member processes too),
+/// and the backlog drained.
 #[test]
 fn fleet_mode_measures_a_fleet_with_and_without_the_head_index() {
     let (rows, stderr) = smoke_rows("--fleet");
-    let cases: Vec<bool> = rows
+    let cases: Vec<(bool, bool)> = rows
         .iter()
-        .filter_map(|r| r["params"]["head_index"].as_bool())
+        .filter_map(|r| {
+            let p = &r["params"];
+            Some((p["head_index"].as_bool()?, p["processes"].as_bool()?))
+        })
         .collect();
-    assert_eq!(cases, [true, false], "{stderr}");
+    assert_eq!(
+        cases,
+        [(true, false), (false, false), (false, true), (true, true)],
+        "{stderr}"
+    );
     for r in &rows {
         assert!(r["msgs"].as_u64().is_some_and(|n| n > 0), "{r}");
         for field in ["start_script_calls", "idle_script_calls_per_s"] {

@@ -1,7 +1,8 @@
 //! Topics: the definition (`spec.rs`), the settings as they are now
 //! (`live.rs`: changed by `Client::update_topic`, seen by every handle
 //! within seconds), and the [`Topic`] handle that sends, consumes and
-//! inspects; a bounded topic's room (`bound.rs`).
+//! inspects; a bounded topic's room (`bound.rs`); the calls that reach its
+//! head index as a whole (`index.rs`).
 
 mod bound;
 pub(crate) mod index;

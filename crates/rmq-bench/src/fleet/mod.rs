@@ -6,7 +6,9 @@
 //! Each case is a fixed-time topic of `slots` slots and `consumers`
 //! consumers, each a client of its own (its own connections, as separate
 //! machines would have) in this one process: the original's 130 machines
-//! are 130 clients here. The two ways alternate within each size (with the
+//! are 130 clients here. A few sizes run again with each consumer a
+//! process of its own (`processes=true`, up to 64 on this 2-core host;
+//! `crew.rs`, `member.rs`), with the index only. The two ways alternate within each size (with the
 //! index, then without, then the next size without, then with), so that a
 //! noisy neighbour weighs on both alike. Phases:
 //!
@@ -31,26 +33,30 @@
 //! index every consumer looks at every slot, as all did on a cluster
 //! before it was kept there.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use rmq::{CancellationToken, Client, ClientOptions, Outcome, Topic, TopicKind, TopicSpec};
+use rmq::{Client, ClientOptions, Topic, TopicKind, TopicSpec};
 use rmq_test_support::{RedisCluster, RedisServer};
 use serde_json::json;
-use tokio::task::JoinSet;
 
 use crate::env::Env;
 use crate::latency::percentiles;
 use crate::redis_stats::{redis_cpu_secs_sum, script_calls};
 use crate::report::{round, table, Row};
 use crate::runner::{run_case, Results};
-use crate::workload::{make, now_ms};
+use crate::workload::make;
+
+mod crew;
+pub(crate) mod member;
+
+use crew::Crew;
 
 const SLOTS: [u32; 3] = [16, 1_024, 65_536];
 const CONSUMERS: [usize; 3] = [1, 16, 130];
+/// The sizes run again with each consumer a process: (slots, consumers).
+const IN_PROCESSES: [(u32, usize); 4] = [(1_024, 16), (1_024, 64), (65_536, 16), (65_536, 64)];
 /// The sizes run again on a cluster: (slots, consumers).
 const ON_CLUSTER: [(u32, usize); 5] = [(16, 1), (1_024, 1), (65_536, 1), (1_024, 16), (65_536, 16)];
 
@@ -67,12 +73,14 @@ pub(crate) async fn measure(scale: f64, smoke: bool, only: &[String]) -> Result<
     } else {
         Duration::from_secs(10)
     };
-    let mut sizes: Vec<(u32, usize, bool)> = if smoke {
-        vec![(16, 2, false)]
+    // (slots, consumers, on the cluster, consumers in processes)
+    let mut sizes: Vec<(u32, usize, bool, bool)> = if smoke {
+        vec![(16, 2, false, false), (16, 2, false, true)]
     } else {
         SLOTS
             .iter()
-            .flat_map(|&s| CONSUMERS.iter().map(move |&c| (s, c, false)))
+            .flat_map(|&s| CONSUMERS.iter().map(move |&c| (s, c, false, false)))
+            .chain(IN_PROCESSES.iter().map(|&(s, c)| (s, c, false, true)))
             .collect()
     };
     let selected = |label: &str| only.is_empty() || only.iter().any(|o| label.contains(o.as_str()));
@@ -86,10 +94,10 @@ pub(crate) async fn measure(scale: f64, smoke: bool, only: &[String]) -> Result<
         .as_ref()
         .map(|c| Env::owned_cluster(c.urls(), scale, smoke));
     if on_cluster.is_some() {
-        sizes.extend(ON_CLUSTER.iter().map(|&(s, c)| (s, c, true)));
+        sizes.extend(ON_CLUSTER.iter().map(|&(s, c)| (s, c, true, false)));
     }
     let mut out = Results::default();
-    for (i, &(slots, consumers, clustered)) in sizes.iter().enumerate() {
+    for (i, &(slots, consumers, clustered, processes)) in sizes.iter().enumerate() {
         let order = if i % 2 == 0 {
             [true, false]
         } else {
@@ -99,9 +107,13 @@ pub(crate) async fn measure(scale: f64, smoke: bool, only: &[String]) -> Result<
             (true, Some(env)) => (env, " backend=cluster"),
             _ => (&single, ""),
         };
+        let in_processes = if processes { " processes=true" } else { "" };
         for index in order {
-            let label = format!("slots={slots} consumers={consumers} head_index={index}{backend}");
-            if !selected(&label) {
+            let label = format!(
+                "slots={slots} consumers={consumers} head_index={index}{backend}{in_processes}"
+            );
+            // Processes: the index only (the in-process cases compare).
+            if !selected(&label) || (processes && !index && !smoke) {
                 continue;
             }
             if !index && slots == 65_536 && consumers > 1 {
@@ -119,6 +131,7 @@ pub(crate) async fn measure(scale: f64, smoke: bool, only: &[String]) -> Result<
                 slots,
                 consumers,
                 index,
+                processes,
                 window,
             };
             let pops = &pops;
@@ -139,22 +152,15 @@ pub(crate) async fn measure(scale: f64, smoke: bool, only: &[String]) -> Result<
     Ok(())
 }
 
-/// One fleet: its size, whether it keeps the head index, the window of
-/// its idle and 1k msg/s phases.
+/// One fleet: its size, whether it keeps the head index, whether its
+/// consumers are processes, the window of its idle and 1k msg/s phases.
 #[derive(Clone, Copy)]
 struct Case {
     slots: u32,
     consumers: usize,
     index: bool,
+    processes: bool,
     window: Duration,
-}
-
-/// What the consumers' handlers saw.
-#[derive(Default)]
-struct Seen {
-    delivered: AtomicU64,
-    /// due→handler lateness (ms) while recording.
-    lateness: Mutex<Option<Vec<i64>>>,
 }
 
 /// Script calls and Redis CPU seconds so far, summed over the nodes.
@@ -167,7 +173,7 @@ async fn redis_work(nodes: &mut [redis::aio::MultiplexedConnection]) -> Result<(
 }
 
 /// Pop calls since the last reading: (taken, empty).
-fn pops_since_last(snap: &Snapshotter) -> (u64, u64) {
+pub(crate) fn pops_since_last(snap: &Snapshotter) -> (u64, u64) {
     let (mut taken, mut empty) = (0, 0);
     for (key, _, _, value) in snap.snapshot().into_vec() {
         let (_, key) = key.into_parts();
@@ -212,41 +218,11 @@ impl Case {
             .define_topic(TopicSpec::new("fleet", TopicKind::FixedTime).slots(self.slots))
             .await?;
         let mut nodes = env.raw_all().await?;
-        let seen = Arc::new(Seen::default());
-        let cancel = CancellationToken::new();
-        let _guard = cancel.clone().drop_guard();
-        let mut consumers = JoinSet::new();
 
         // Start: every consumer, then until the calls settle.
         let (calls0, _) = redis_work(&mut nodes).await?;
         let t0 = Instant::now();
-        for _ in 0..self.consumers {
-            let client = self.connect(env, &prefix).await?;
-            let topic = client.topic("fleet").await?;
-            let (seen, stop) = (seen.clone(), cancel.clone());
-            consumers.spawn(async move {
-                let _client = client;
-                crate::env::consumer(&topic)
-                    .concurrency(16)
-                    .run(stop, move |r| {
-                        let seen = seen.clone();
-                        async move {
-                            let late = now_ms() - r.due_ms.unwrap_or_else(now_ms);
-                            if let Some(v) = seen
-                                .lateness
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .as_mut()
-                            {
-                                v.push(late);
-                            }
-                            seen.delivered.fetch_add(1, Ordering::Relaxed);
-                            Outcome::Ack
-                        }
-                    })
-                    .await
-            });
-        }
+        let mut crew = Crew::start(&self, env, &prefix, pops).await?;
         let start_calls = settle(&mut nodes, calls0, self.consumers).await? - calls0;
         let start_s = t0.elapsed().as_secs_f64();
 
@@ -259,26 +235,20 @@ impl Case {
         let idle_cpu_ms = (cpu2 - cpu1) * 1e3 / w;
 
         // 1k msg/s.
-        pops_since_last(pops);
-        *seen.lateness.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
-        let before = seen.delivered.load(Ordering::Relaxed);
+        crew.record().await?;
+        let before = crew.delivered().await?;
         let (c3, cpu3) = redis_work(&mut nodes).await?;
         let sent = steady(&topic, self.window).await?;
         let (c4, cpu4) = redis_work(&mut nodes).await?;
-        drained(&seen, before + sent).await?;
-        let (taken, empty) = pops_since_last(pops);
-        let lateness = seen
-            .lateness
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .unwrap_or_default();
+        drained(&mut crew, before + sent).await?;
+        let load = crew.end().await?;
         let load_calls = (c4 - c3) / w;
         let load_cpu_ms = (cpu4 - cpu3) * 1e3 / w;
 
         // Saturation: a backlog, sent at once, drained.
         let backlog = if env.smoke { 200 } else { env.n(20_000) };
-        let before = seen.delivered.load(Ordering::Relaxed);
+        crew.record().await?;
+        let before = crew.delivered().await?;
         let t = Instant::now();
         for chunk in (0..backlog).collect::<Vec<u64>>().chunks(1_000) {
             let msgs: Vec<_> = chunk
@@ -287,14 +257,10 @@ impl Case {
                 .collect();
             topic.send_batch(&msgs).await?;
         }
-        drained(&seen, before + backlog).await?;
+        drained(&mut crew, before + backlog).await?;
         let sat_s = t.elapsed().as_secs_f64();
-        let (sat_taken, sat_empty) = pops_since_last(pops);
-
-        cancel.cancel();
-        while let Some(r) = consumers.join_next().await {
-            r??;
-        }
+        let saturation = crew.end().await?;
+        crew.stop().await?;
         let per = |n: u64, d: u64| round(n as f64 / d.max(1) as f64, 3);
         Ok(Row::new(
             "fleet",
@@ -304,6 +270,7 @@ impl Case {
                 "consumers": self.consumers,
                 "head_index": self.index,
                 "backend": if env.cluster_nodes.is_some() { "cluster" } else { "single" },
+                "processes": self.processes,
             }),
             sent,
             w,
@@ -314,13 +281,13 @@ impl Case {
         .with("idle_redis_cpu_ms_per_s", round(idle_cpu_ms, 1))
         .with("load_script_calls_per_s", round(load_calls, 1))
         .with("load_redis_cpu_ms_per_s", round(load_cpu_ms, 1))
-        .with("load_pops_per_msg", per(taken + empty, sent))
-        .with("load_empty_pops_per_msg", per(empty, sent))
-        .with("load_lateness_ms", percentiles(lateness))
+        .with("load_pops_per_msg", per(load.taken + load.empty, sent))
+        .with("load_empty_pops_per_msg", per(load.empty, sent))
+        .with("load_lateness_ms", percentiles(load.lateness))
         .with("saturation_msgs_per_s", round(backlog as f64 / sat_s, 0))
         .with(
             "saturation_pops_per_msg",
-            per(sat_taken + sat_empty, backlog),
+            per(saturation.taken + saturation.empty, backlog),
         ))
     }
 }
@@ -365,16 +332,16 @@ async fn steady(topic: &Topic, window: Duration) -> Result<u64> {
 }
 
 /// Waits until the handlers saw `total` deliveries (at most 60 s).
-async fn drained(seen: &Seen, total: u64) -> Result<()> {
+async fn drained(crew: &mut Crew<'_>, total: u64) -> Result<()> {
     let start = Instant::now();
-    while seen.delivered.load(Ordering::Relaxed) < total {
+    loop {
+        let delivered = crew.delivered().await?;
+        if delivered >= total {
+            return Ok(());
+        }
         if start.elapsed() > Duration::from_secs(60) {
-            bail!(
-                "only {} of {total} delivered in 60 s",
-                seen.delivered.load(Ordering::Relaxed)
-            );
+            bail!("only {delivered} of {total} delivered in 60 s");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok(())
 }
