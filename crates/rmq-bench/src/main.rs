@@ -177,9 +177,6 @@ fn count_instructions(scale: f64, smoke: bool) -> std::process::ExitCode {
     }
 }
 
-/// Runs one of the modes that measure something besides the queue
-/// (`--coordination`, `--store`, `--forward`; see their modules) on a
-/// runtime of its own; a failure is said on stderr under the mode's flag.
 /// One consumer of a fleet, in a process of its own (`fleet/member.rs`),
 /// on a runtime of one thread: 64 of them share this host's two cores.
 fn fleet_member(args: Args) -> std::process::ExitCode {
@@ -212,6 +209,9 @@ fn fleet_member(args: Args) -> std::process::ExitCode {
     }
 }
 
+/// Runs one of the modes that measure something besides the queue
+/// (`--coordination`, `--store`, `--forward`; see their modules) on a
+/// runtime of its own; a failure is said on stderr under the mode's flag.
 fn run_mode(
     flag: &str,
     measure: impl std::future::Future<Output = anyhow::Result<()>>,

@@ -147,13 +147,6 @@ pub(crate) fn tag_head_index(prefix: &str, topic: &str, tag: &str) -> String {
     format!("{prefix}:{{{tag}}}:heads#{topic}")
 }
 
-/// Cluster: the marks key named beside a tag's head index in a call of
-/// `heads.lua`, which only deletes it (a cluster keeps no marks: a
-/// blocking wait cannot span hash slots).
-pub(crate) fn tag_marks(prefix: &str, topic: &str, tag: &str) -> String {
-    format!("{prefix}:{{{tag}}}:marks#{topic}")
-}
-
 /// Cluster: the head index of the slot whose key is `slot_key`
 /// (`<prefix>:{<tag>}:<topic>:<slot>:<x>`). None for any other key.
 pub(crate) fn tag_head_index_of(slot_key: &[u8]) -> Option<String> {
@@ -307,7 +300,6 @@ mod tests {
             let index = tag_head_index("a:b", "orders", tag);
             assert_eq!(tag_head_index_of(keys[0].as_bytes()), Some(index.clone()));
             assert_eq!(slot_of(&index), slot_of(&keys[0]));
-            assert_eq!(slot_of(&tag_marks("a:b", "orders", tag)), slot_of(&index));
             assert!(index.contains(":heads#") && !keys.iter().any(|k| k.contains('#')));
         }
         assert_eq!(tag_head_index_of(b"rmq:topics"), None);

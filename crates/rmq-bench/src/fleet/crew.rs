@@ -108,6 +108,11 @@ impl Member {
     /// Its answer to `command`, as JSON.
     async fn ask(&mut self, command: &str) -> Result<serde_json::Value> {
         self.send(command).await?;
+        self.answer().await
+    }
+
+    /// Its next line, as JSON.
+    async fn answer(&mut self) -> Result<serde_json::Value> {
         let line = self.line().await?;
         serde_json::from_str(&line).with_context(|| format!("a fleet member answered {line:?}"))
     }
@@ -200,9 +205,13 @@ impl<'a> Crew<'a> {
         match self {
             Crew::InProcess { seen, .. } => Ok(seen.delivered.load(Ordering::Relaxed)),
             Crew::Processes(members) => {
+                // Asked of all at once, then read: one wait, not 64.
+                for m in members.iter_mut() {
+                    m.send("count").await?;
+                }
                 let mut total = 0;
                 for m in members.iter_mut() {
-                    total += m.ask("count").await?["delivered"].as_u64().unwrap_or(0);
+                    total += m.answer().await?["delivered"].as_u64().unwrap_or(0);
                 }
                 Ok(total)
             }
@@ -252,11 +261,15 @@ impl<'a> Crew<'a> {
                     r??;
                 }
             }
-            Crew::Processes(members) => {
-                for mut m in members {
+            Crew::Processes(mut members) => {
+                // Told all at once: they drain side by side.
+                for m in members.iter_mut() {
                     m.send("stop").await?;
+                }
+                for m in members {
                     drop(m.stdin);
-                    let status = tokio::time::timeout(MEMBER_ANSWER, m.child.wait())
+                    let mut child = m.child;
+                    let status = tokio::time::timeout(MEMBER_ANSWER, child.wait())
                         .await
                         .context("a fleet member did not stop")??;
                     if !status.success() {

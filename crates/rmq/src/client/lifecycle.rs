@@ -19,10 +19,8 @@ use std::time::Duration;
 use super::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys;
-use crate::scripts::heads::IndexOp;
 use crate::scripts::membership;
 use crate::scripts::registry::{self, Replaced};
-use crate::topic::index::index_calls;
 use crate::topic::{Topic, TopicSpec, LIVE_REFRESH};
 
 /// Slots per pipeline when deleting.
@@ -130,14 +128,8 @@ impl Client {
                     .unwrap_or(0);
             }
         }
+        // (Each slot's drop took the head index with it: see drop_slot.lua.)
         self.drop_groups(name).await?;
-        if self.inner.ctx.redis.head_index {
-            let redis = &self.inner.ctx.redis;
-            let calls = index_calls(redis, self.prefix(), name, slots, IndexOp::Drop).await?;
-            for r in redis.run(calls).await? {
-                r?;
-            }
-        }
         let (id, cmd) = crate::scripts::rate::drop_bucket(&keys::rate_key(self.prefix(), name));
         self.inner.ctx.redis.run_one(id, cmd).await?;
         let (id, cmd) = crate::scripts::inflight::drop_cap(&keys::cap_keys(self.prefix(), name));

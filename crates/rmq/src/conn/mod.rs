@@ -374,7 +374,7 @@ impl Redis {
                 };
                 // The index after the request key (notify.lua finds it by
                 // its name); a cluster keeps no marks.
-                let cmd = match (self.head_index && id.keeps_head_index(), cluster) {
+                let cmd = match (self.head_index && id.names_head_index(), cluster) {
                     (false, _) => cmd,
                     (true, true) => with_keys_after_keys(&cmd, |first| {
                         crate::keys::tag_head_index_of(first).map(|k| [k.into_bytes()])

@@ -77,10 +77,13 @@ pub(crate) async fn look(topic: &Topic, shared: &Shared, sweep: &[u32]) -> Looke
             }
         })
         .collect();
-    let Some(read) = read.map(Heads::merged).filter(|r| r.complete) else {
-        // On a cluster an index elsewhere than the layout said also makes
-        // a read incomplete: ask for the layout again next time.
+    let read = read.map(Heads::merged);
+    if read.as_ref().is_none_or(|r| r.unreached) {
+        // On a cluster an index elsewhere than the layout said: ask for
+        // the layout again next time.
         redis.forget_layout();
+    }
+    let Some(read) = read.filter(|r| r.complete) else {
         return Looked::Incomplete;
     };
     let mut s = shared.lock();

@@ -9,7 +9,7 @@ use super::ScriptId;
 use crate::value::{as_int, as_score, items};
 
 /// The script's KEYS, by the names its header gives them.
-pub(crate) const KEYS: [&str; 2] = ["index", "marks"];
+pub(crate) const KEYS: [&str; 1] = ["index"];
 /// The script's ARGV, by the names its header gives them.
 pub(crate) const ARGV: [&str; 3] = ["op", "limit", "more_indexes"];
 
@@ -20,8 +20,6 @@ pub(crate) enum IndexOp {
     Read(usize),
     /// Notes each index complete: every slot with work has an entry.
     Mark,
-    /// Deletes the indexes and the marks (their topic is being deleted).
-    Drop,
 }
 
 impl IndexOp {
@@ -29,18 +27,13 @@ impl IndexOp {
         match self {
             IndexOp::Read(limit) => ("read", limit.to_string()),
             IndexOp::Mark => ("mark", "1".into()),
-            IndexOp::Drop => ("drop", "1".into()),
         }
     }
 }
 
-/// A single node: `op` on the topic's one index and its marks
-/// (`keys::head_index`, `keys::marks`).
+/// A single node: `op` on the topic's one index (`keys::head_index`).
 pub(crate) fn on_one_node(prefix: &str, topic: &str, op: IndexOp) -> (ScriptId, Cmd) {
-    let keys: [String; KEYS.len()] = [
-        crate::keys::head_index(prefix, topic),
-        crate::keys::marks(prefix, topic),
-    ];
+    let keys: [String; KEYS.len()] = [crate::keys::head_index(prefix, topic)];
     let (op, limit) = op.args();
     // In the order of `ARGV`, without the cluster's further indexes.
     let args: [&[u8]; ARGV.len() - 1] = [op.as_bytes(), limit.as_bytes()];
@@ -52,9 +45,8 @@ pub(crate) fn on_one_node(prefix: &str, topic: &str, op: IndexOp) -> (ScriptId, 
 }
 
 /// A cluster: `op` on the indexes of `tags` (`keys::tag_head_index`), which
-/// one master serves as far as the caller knows. The first is declared,
-/// with its marks key, and routes the call; the others go in ARGV. None
-/// for no tags.
+/// one master serves as far as the caller knows. The first is declared
+/// and routes the call; the others go in ARGV. None for no tags.
 pub(crate) fn on_one_master(
     prefix: &str,
     topic: &str,
@@ -62,10 +54,7 @@ pub(crate) fn on_one_master(
     op: IndexOp,
 ) -> Option<(ScriptId, Cmd)> {
     let (first, more) = tags.split_first()?;
-    let keys: [String; KEYS.len()] = [
-        crate::keys::tag_head_index(prefix, topic, first),
-        crate::keys::tag_marks(prefix, topic, first),
-    ];
+    let keys: [String; KEYS.len()] = [crate::keys::tag_head_index(prefix, topic, first)];
     let more: Vec<String> = more
         .iter()
         .map(|tag| crate::keys::tag_head_index(prefix, topic, tag))
@@ -81,6 +70,9 @@ pub(crate) fn on_one_master(
 pub(crate) struct Heads {
     /// The index is marked complete: a slot without an entry holds nothing.
     pub(crate) complete: bool,
+    /// Some index could not be read (on a cluster: not on the master the
+    /// layout said, or a foreign key there); the read is not complete.
+    pub(crate) unreached: bool,
     /// Entries were left out (the limit): all of them sort after these.
     pub(crate) more: bool,
     /// (slot, value), smallest value first: for a priority topic minus the
@@ -93,7 +85,8 @@ impl Heads {
     /// skipped: the slot is then looked at by other means).
     pub(crate) fn parse(reply: Value) -> Option<Heads> {
         let a = items(reply);
-        let complete = as_int(a.first()?)? == 1;
+        let code = as_int(a.first()?)?;
+        let (complete, unreached) = (code == 1, code == -1);
         let more = as_int(a.get(1)?)? == 1;
         let entries = a[2..]
             .chunks(2)
@@ -104,6 +97,7 @@ impl Heads {
             .collect();
         Some(Heads {
             complete,
+            unreached,
             more,
             entries,
         })
@@ -115,6 +109,7 @@ impl Heads {
     /// kept.
     pub(crate) fn merged(reads: Vec<Heads>) -> Heads {
         let complete = reads.iter().all(|r| r.complete);
+        let unreached = reads.iter().any(|r| r.unreached);
         let horizon = reads
             .iter()
             .filter(|r| r.more)
@@ -127,6 +122,7 @@ impl Heads {
         }
         Heads {
             complete,
+            unreached,
             more: horizon.is_some(),
             entries,
         }
@@ -148,6 +144,7 @@ mod tests {
     fn reads_of_several_masters_merge_in_order_and_stop_where_one_left_entries_out() {
         let read = |complete, more, entries: &[(u32, i64)]| Heads {
             complete,
+            unreached: false,
             more,
             entries: entries.to_vec(),
         };
@@ -163,11 +160,17 @@ mod tests {
         ]);
         assert_eq!(cut, read(true, true, &[(2, 5), (1, 10), (3, 20)]));
         let incomplete = Heads::merged(vec![read(true, false, &[]), read(false, false, &[])]);
-        assert!(!incomplete.complete);
+        assert!(!incomplete.complete && !incomplete.unreached);
+        let elsewhere = Heads {
+            unreached: true,
+            ..read(false, false, &[])
+        };
+        let unreached = Heads::merged(vec![read(true, false, &[]), elsewhere]);
+        assert!(!unreached.complete && unreached.unreached);
     }
 
     #[test]
-    fn a_cluster_call_declares_one_index_with_its_marks_and_names_the_others() {
+    fn a_cluster_call_declares_one_index_and_names_the_others() {
         let (_, cmd) = on_one_master("p", "t", &["a", "b", "c"], IndexOp::Read(7)).unwrap();
         let args: Vec<Vec<u8>> = cmd
             .args_iter()
@@ -183,9 +186,8 @@ mod tests {
         assert_eq!(
             text,
             [
-                "2",
+                "1",
                 "p:{a}:heads#t",
-                "p:{a}:marks#t",
                 "read",
                 "7",
                 "p:{b}:heads#t",
@@ -209,7 +211,9 @@ mod tests {
             s("1"),
         ]);
         let h = Heads::parse(reply).unwrap();
-        assert!(h.complete && !h.more);
+        assert!(h.complete && !h.unreached && !h.more);
+        let unreached = Heads::parse(Value::Array(vec![Value::Int(-1), Value::Int(0)])).unwrap();
+        assert!(!unreached.complete && unreached.unreached);
         assert_eq!(h.entries, vec![(3, -8_589_934_592), (7, 1_700_000_000_000)]);
         assert_eq!(Heads::parse(Value::Nil), None);
     }

@@ -273,6 +273,13 @@ impl ScriptId {
         )
     }
 
+    /// Whether a call is passed the topic's head index after its keys when
+    /// the connection keeps one: those that keep it, and the slot drop,
+    /// which deletes it with the slot.
+    pub(crate) fn names_head_index(self) -> bool {
+        self.keeps_head_index() || self == ScriptId::DropSlot
+    }
+
     /// What a memoized script keeps of its answer, when not all of it.
     fn memo_codec(self) -> &'static str {
         match self {

@@ -1,7 +1,7 @@
 //! A topic's head index as a whole (`scripts/lua/notify.lua` describes
 //! it): one key on a single node; on a Redis Cluster one per hash tag of
-//! the topic's slots (up to 16,384), which a consumer reads, and a new or
-//! deleted topic marks or drops, in one call per master (more for a master
+//! the topic's slots (up to 16,384), which a consumer reads, and a new
+//! topic marks, in one call per master (more for a master
 //! serving more than [`INDEXES_PER_CALL`] of them), as the cluster's layout
 //! says. A stale layout costs a read its completeness (the consumer then
 //! looks at every slot and the layout is asked again), never a wrong
@@ -115,6 +115,70 @@ mod tests {
             assert_eq!(reached, topic_tags("orders", slots).len(), "{slots} slots");
             assert!(calls.len() <= 3, "{slots} slots: {} calls", calls.len());
         }
+    }
+
+    #[tokio::test]
+    async fn a_read_of_one_masters_indexes_merges_them_cuts_at_the_limit_and_tells_what_it_missed()
+    {
+        let cluster = rmq_test_support::RedisCluster::builder()
+            .replicas(0)
+            .start();
+        let urls = cluster.urls();
+        let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let client = crate::Client::connect_cluster(&seeds, crate::ClientOptions::default())
+            .await
+            .unwrap();
+        let redis = client.inner.ctx.redis.clone();
+        let layout = redis.known_layout().await.unwrap();
+        let master = |tag: &str| layout.master_of(cluster_hash_slot(tag.as_bytes()));
+        let names: Vec<String> = (0..200).map(|i| format!("t{i}")).collect();
+        let home = master("t0");
+        let mine: Vec<&str> = names
+            .iter()
+            .map(String::as_str)
+            .filter(|t| master(t) == home)
+            .take(3)
+            .collect();
+        let away = names
+            .iter()
+            .map(String::as_str)
+            .find(|t| master(t) != home)
+            .unwrap();
+        let zadd = |tag: &str, entries: &[(&str, &str)]| {
+            let mut cmd = redis::cmd("ZADD");
+            cmd.arg(crate::keys::tag_head_index("p", "x", tag));
+            for (member, score) in entries {
+                cmd.arg(*score).arg(*member);
+            }
+            cmd
+        };
+        let _: i64 = redis
+            .query(&zadd(mine[0], &[("1", "10"), ("2", "50"), ("*", "+inf")]))
+            .await
+            .unwrap();
+        let _: i64 = redis
+            .query(&zadd(
+                mine[1],
+                &[("3", "20"), ("4", "30"), ("5", "40"), ("*", "+inf")],
+            ))
+            .await
+            .unwrap();
+        let read = |tags: Vec<&str>| {
+            let (id, cmd) = heads::on_one_master("p", "x", &tags, IndexOp::Read(2)).unwrap();
+            let redis = redis.clone();
+            async move { heads::Heads::parse(redis.run_one(id, cmd).await.unwrap()).unwrap() }
+        };
+        // The second index was cut after 30: nothing past it is returned,
+        // and the read says entries were left out.
+        let both = read(vec![mine[0], mine[1]]).await;
+        assert!(both.complete && both.more && !both.unreached, "{both:?}");
+        assert_eq!(both.entries, [(1, 10), (3, 20)]);
+        // An index that is not marked complete makes the read incomplete.
+        let unmarked = read(vec![mine[0], mine[2]]).await;
+        assert!(!unmarked.complete && !unmarked.unreached, "{unmarked:?}");
+        // One on another master is not read, and the read says so.
+        let elsewhere = read(vec![mine[0], away]).await;
+        assert!(!elsewhere.complete && elsewhere.unreached, "{elsewhere:?}");
     }
 
     #[test]

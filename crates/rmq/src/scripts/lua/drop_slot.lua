@@ -1,7 +1,8 @@
 -- drop_slot.lua: deletes every key of one slot (a topic being deleted).
 -- Includes: layout records
 --
--- KEYS: the ten slot keys (see layout.lua).
+-- KEYS: the ten slot keys (see layout.lua), then the head index (and on a
+-- single node the marks) when the connection keeps one.
 -- UNLINK frees the memory in the background: the call stays short however
 -- large the slot is.
 -- Returns: the messages the slot held: pending, retry-waiting, in flight, parked
@@ -22,4 +23,14 @@ if redis.call('TYPE', K.n)['ok'] == 'hash' then
   end
 end
 redis.call('UNLINK', K.q, K.d, K.f, K.n, K.m, K.r, K.x, K.X, K.a, K.l)
+-- The topic's head index and marks when the caller passes them after the
+-- slot's keys (notify.lua describes them; on a cluster, the index of this
+-- slot's hash tag, in its hash slot): they go with the topic's slots, each
+-- call routed as the slot's own keys are.
+for i = 11, 12 do
+  local k = KEYS[i]
+  if k and (string.find(k, ':heads#', 1, true) or string.find(k, ':marks#', 1, true)) then
+    redis.call('UNLINK', k)
+  end
+end
 return held

@@ -1,5 +1,5 @@
--- heads.lua: reads, marks or drops a topic's head index (notify.lua
--- describes the index and who keeps it).
+-- heads.lua: reads or marks a topic's head index (notify.lua describes
+-- the index and who keeps it; drop_slot.lua deletes it with the slots).
 --
 -- On a single node a topic has one index. On a Redis Cluster it has one
 -- per hash tag of its slots, and one call covers the indexes a master
@@ -11,35 +11,26 @@
 --
 -- KEYS[1] index: ZSET slot -> when the slot may next have work; its member
 --   '*' (score +inf) marks it complete: every slot with work has an entry.
--- KEYS[2] marks: ZSET slot -> work no consumer was told of (notify.lua);
---   only 'drop' uses it.
--- ARGV[1] op: 'read' | 'mark' | 'drop'
+-- ARGV[1] op: 'read' | 'mark'
 -- ARGV[2] limit: 'read' returns at most this many entries, smallest first
 -- ARGV[3] more_indexes: (cluster) further indexes on this node, one per argument (ARGV[3..])
--- 'read' returns { complete (1 if every index is, else 0), more (1 if
+-- 'read' returns { complete (1 if every index is, 0 if one is not, -1 if
+--                  one could not be read: not on this node, or a foreign type), more (1 if
 --                  entries were left out, else 0), slot, value, slot, value, ... }:
 --   every entry left out sorts after every entry returned.
 -- 'mark' notes each index complete (a consumer that just looked at every
 --   slot, or a topic defined now, which holds nothing); returns 1.
--- 'drop' deletes the indexes and the marks (the topic is being deleted); returns 1.
 -- Error reply RMQ_WRONGTYPE when the declared index holds a foreign type
 -- (a further one that does makes the read incomplete); RMQ_BADARG for an
 -- unknown op or a bad limit.
 
 local op = ARGV[1]
-if op ~= 'read' and op ~= 'mark' and op ~= 'drop' then
+if op ~= 'read' and op ~= 'mark' then
   return redis.error_reply('RMQ_BADARG unknown index op ' .. tostring(op))
 end
 local more_indexes = {}
 for i = 3, #ARGV do
   more_indexes[#more_indexes + 1] = ARGV[i]
-end
-if op == 'drop' then
-  redis.call('UNLINK', KEYS[1], KEYS[2])
-  for _, idx in ipairs(more_indexes) do
-    redis.pcall('UNLINK', idx)
-  end
-  return 1
 end
 local t = redis.call('TYPE', KEYS[1])['ok']
 if t ~= 'zset' and t ~= 'none' then
@@ -59,6 +50,7 @@ if not limit or limit < 1 or limit ~= math.floor(limit) then
 end
 
 local complete = 1
+local unreached = false
 -- The smallest value an index left out entries from (nil: none did).
 local horizon
 -- { slot, value (a string, as stored), value (a number) }
@@ -70,7 +62,7 @@ local entries = {}
 local function read(idx)
   local r = redis.pcall('ZRANGE', idx, 0, limit, 'WITHSCORES')
   if type(r) ~= 'table' or r.err then
-    complete = 0
+    unreached = true
     return
   end
   local seen_star = false
@@ -107,6 +99,9 @@ if #more_indexes > 0 then
   table.sort(entries, function(a, b)
     return a[3] < b[3]
   end)
+end
+if unreached then
+  complete = -1
 end
 local out = { complete, 0 }
 for _, e in ipairs(entries) do
