@@ -33,12 +33,61 @@ pub(super) struct Phase {
     pub(super) lateness: Vec<i64>,
 }
 
-/// What the in-process consumers' handlers saw.
+/// What consumers' handlers saw (all of this process's: the in-process
+/// crew's, or a member process's one consumer).
 #[derive(Default)]
 pub(super) struct Seen {
-    delivered: AtomicU64,
+    pub(super) delivered: AtomicU64,
     /// due→handler lateness (ms) while a phase is recorded.
     lateness: Mutex<Option<Vec<i64>>>,
+}
+
+impl Seen {
+    /// A message handled now, that was due at `due_ms` (None: at once).
+    pub(super) fn handled(&self, due_ms: Option<i64>) {
+        let late = now_ms() - due_ms.unwrap_or_else(now_ms);
+        if let Some(v) = self
+            .lateness
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            v.push(late);
+        }
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Starts recording lateness (a phase starts).
+    pub(super) fn record(&self) {
+        *self.lateness.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
+    }
+
+    /// The lateness recorded since [`record`](Self::record), which stops.
+    pub(super) fn lateness(&self) -> Vec<i64> {
+        self.lateness
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_default()
+    }
+}
+
+/// A fleet consumer of `topic`: concurrency 16, every message acked.
+pub(super) async fn consume(
+    topic: &rmq::Topic,
+    seen: Arc<Seen>,
+    stop: CancellationToken,
+) -> Result<RunReport, rmq::Error> {
+    crate::env::consumer(topic)
+        .concurrency(16)
+        .run(stop, move |r| {
+            let seen = seen.clone();
+            async move {
+                seen.handled(r.due_ms);
+                Outcome::Ack
+            }
+        })
+        .await
 }
 
 pub(super) enum Crew<'a> {
@@ -149,25 +198,7 @@ impl<'a> Crew<'a> {
             let (seen, stop) = (seen.clone(), cancel.clone());
             tasks.spawn(async move {
                 let _client = client;
-                crate::env::consumer(&topic)
-                    .concurrency(16)
-                    .run(stop, move |r| {
-                        let seen = seen.clone();
-                        async move {
-                            let late = now_ms() - r.due_ms.unwrap_or_else(now_ms);
-                            if let Some(v) = seen
-                                .lateness
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .as_mut()
-                            {
-                                v.push(late);
-                            }
-                            seen.delivered.fetch_add(1, Ordering::Relaxed);
-                            Outcome::Ack
-                        }
-                    })
-                    .await
+                consume(&topic, seen, stop).await
             });
         }
         Ok(Crew::InProcess {
@@ -183,7 +214,7 @@ impl<'a> Crew<'a> {
         match self {
             Crew::InProcess { seen, pops, .. } => {
                 pops_since_last(pops);
-                *seen.lateness.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
+                seen.record();
             }
             Crew::Processes(members) => {
                 for m in members.iter_mut() {
@@ -223,16 +254,10 @@ impl<'a> Crew<'a> {
         match self {
             Crew::InProcess { seen, pops, .. } => {
                 let (taken, empty) = pops_since_last(pops);
-                let lateness = seen
-                    .lateness
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take()
-                    .unwrap_or_default();
                 Ok(Phase {
                     taken,
                     empty,
-                    lateness,
+                    lateness: seen.lateness(),
                 })
             }
             Crew::Processes(members) => {

@@ -12,17 +12,17 @@
 //! - `stop`, or its stdin closing, stops the consumer and the process.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use metrics_util::debugging::DebuggingRecorder;
-use rmq::{CancellationToken, Client, ClientOptions, Outcome};
+use rmq::{CancellationToken, Client, ClientOptions};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use super::crew::{consume, Seen};
 use super::pops_since_last;
-use crate::workload::now_ms;
 
 /// Where the member connects and how: the fleet's Redis (the seeds of a
 /// cluster, comma-separated), its prefix, whether it keeps the head index.
@@ -31,14 +31,6 @@ pub(crate) struct MemberArgs {
     pub(crate) cluster: bool,
     pub(crate) prefix: String,
     pub(crate) head_index: bool,
-}
-
-/// What its handler saw.
-#[derive(Default)]
-struct Seen {
-    delivered: AtomicU64,
-    /// due→handler lateness (ms) of this phase, while one is recorded.
-    lateness: Mutex<Option<Vec<i64>>>,
 }
 
 /// Runs the member until told to stop; the fleet topic is "fleet".
@@ -60,27 +52,7 @@ pub(crate) async fn run(args: MemberArgs) -> Result<()> {
     let stop = CancellationToken::new();
     let consumer = {
         let (seen, stop) = (seen.clone(), stop.clone());
-        tokio::spawn(async move {
-            crate::env::consumer(&topic)
-                .concurrency(16)
-                .run(stop, move |r| {
-                    let seen = seen.clone();
-                    async move {
-                        let late = now_ms() - r.due_ms.unwrap_or_else(now_ms);
-                        if let Some(v) = seen
-                            .lateness
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .as_mut()
-                        {
-                            v.push(late);
-                        }
-                        seen.delivered.fetch_add(1, Ordering::Relaxed);
-                        Outcome::Ack
-                    }
-                })
-                .await
-        })
+        tokio::spawn(async move { consume(&topic, seen, stop).await })
     };
     say("ready")?;
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
@@ -88,7 +60,7 @@ pub(crate) async fn run(args: MemberArgs) -> Result<()> {
         match line.trim() {
             "record" => {
                 pops_since_last(&pops);
-                *seen.lateness.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
+                seen.record();
                 say("ok")?;
             }
             "count" => {
@@ -96,17 +68,11 @@ pub(crate) async fn run(args: MemberArgs) -> Result<()> {
             }
             "end" => {
                 let (taken, empty) = pops_since_last(&pops);
-                let lateness = seen
-                    .lateness
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take()
-                    .unwrap_or_default();
                 say(&json!({
                     "delivered": seen.delivered.load(Ordering::Relaxed),
                     "taken": taken,
                     "empty": empty,
-                    "lateness": lateness,
+                    "lateness": seen.lateness(),
                 })
                 .to_string())?;
             }

@@ -5,10 +5,9 @@
 use super::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys;
-use crate::scripts::heads::IndexOp;
 use crate::scripts::registry::{self, Defined};
 use crate::scripts::{inflight, rate, room};
-use crate::topic::index::index_calls;
+use crate::topic::index::mark_complete;
 use crate::topic::{validate_topic_name, Topic, TopicSpec, LIVE_REFRESH};
 
 impl Client {
@@ -44,17 +43,7 @@ impl Client {
             // from the start, and its first consumer need not look at
             // every slot.
             let redis = &self.inner.ctx.redis;
-            let marked = async {
-                let calls =
-                    index_calls(redis, self.prefix(), &spec.name, spec.slots, IndexOp::Mark)
-                        .await?;
-                redis
-                    .run(calls)
-                    .await?
-                    .into_iter()
-                    .try_for_each(|r| r.map(drop))
-            };
-            if let Err(e) = marked.await {
+            if let Err(e) = mark_complete(redis, self.prefix(), &spec.name, spec.slots).await {
                 // Its first consumer looks at every slot, then marks it.
                 tracing::warn!(topic = %spec.name, "marking the head index failed: {e}");
             }

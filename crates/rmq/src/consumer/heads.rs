@@ -13,7 +13,7 @@
 use super::pop::{parse_pop, pop_call};
 use super::Shared;
 use crate::scripts::heads::{Heads, IndexOp};
-use crate::topic::index::index_calls;
+use crate::topic::index::{self, index_calls};
 use crate::topic::Topic;
 
 /// Index entries read at most per call: all others sort after them.
@@ -102,22 +102,12 @@ pub(crate) async fn look(topic: &Topic, shared: &Shared, sweep: &[u32]) -> Looke
 /// Notes the index complete, after every slot was looked at (each look
 /// wrote its slot's entry).
 pub(crate) async fn mark_complete(topic: &Topic) {
-    let redis = topic.redis();
-    let marked = async {
-        let calls = index_calls(
-            redis,
-            topic.prefix(),
-            topic.name(),
-            topic.spec.slots,
-            IndexOp::Mark,
-        )
-        .await?;
-        redis
-            .run(calls)
-            .await?
-            .into_iter()
-            .try_for_each(|r| r.map(drop))
-    };
+    let marked = index::mark_complete(
+        topic.redis(),
+        topic.prefix(),
+        topic.name(),
+        topic.spec.slots,
+    );
     if let Err(e) = marked.await {
         tracing::debug!(topic = %topic.name(), "marking the head index complete failed: {e}");
     }

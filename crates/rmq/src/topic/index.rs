@@ -43,6 +43,23 @@ pub(crate) async fn index_calls(
     })
 }
 
+/// Notes the whole head index of topic `name` complete (every slot with
+/// work has an entry): a topic defined now, or one whose every slot a
+/// consumer just looked at.
+pub(crate) async fn mark_complete(
+    redis: &Redis,
+    prefix: &str,
+    name: &str,
+    slots: u32,
+) -> Result<()> {
+    let calls = index_calls(redis, prefix, name, slots, IndexOp::Mark).await?;
+    redis
+        .run(calls)
+        .await?
+        .into_iter()
+        .try_for_each(|r| r.map(drop))
+}
+
 /// The cluster calls: the topic's tags grouped by the master `layout`
 /// says serves each, in chunks. None when one is served by none.
 fn per_master_calls(
