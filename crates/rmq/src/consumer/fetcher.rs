@@ -27,6 +27,7 @@ use crate::error::ErrorKind;
 use crate::group::{Claim, Fence};
 use crate::message::Received;
 use crate::scripts::rate::Granted;
+use crate::topic::index::Reach;
 use crate::topic::Topic;
 
 /// Where a fetch loop gets room for deliveries: its own semaphore (its
@@ -224,7 +225,8 @@ impl Fetcher {
     ) -> bool {
         if self.topic.redis().head_index {
             let sweep = self.sweep(allowed);
-            match heads::look(&self.topic, &self.shared, &sweep).await {
+            let reach = allowed.map_or(Reach::Every, Reach::Slots);
+            match heads::look(&self.topic, &self.shared, reach, &sweep).await {
                 Looked::Done => return true,
                 Looked::Failed => return false,
                 Looked::Incomplete => {}

@@ -13,7 +13,7 @@
 use super::pop::{parse_pop, pop_call};
 use super::Shared;
 use crate::scripts::heads::{Heads, IndexOp};
-use crate::topic::index::{self, index_calls};
+use crate::topic::index::{self, index_calls, Reach};
 use crate::topic::Topic;
 
 /// Index entries read at most per call: all others sort after them.
@@ -32,15 +32,24 @@ pub(crate) enum Looked {
 }
 
 /// Reads the index (up to [`READ_LIMIT`] entries; on a cluster, one read
-/// per master) and looks at `sweep` directly, in one round trip, and
-/// records what both say.
-pub(crate) async fn look(topic: &Topic, shared: &Shared, sweep: &[u32]) -> Looked {
+/// per master of the indexes `reach` needs) and looks at `sweep` directly,
+/// in one round trip, and records what both say: every slot becomes
+/// known, and one the read did not reach as holding nothing, so a serial
+/// member reaches at least every slot it may take from (a slot it owns
+/// later is looked at when it does).
+pub(crate) async fn look(
+    topic: &Topic,
+    shared: &Shared,
+    reach: Reach<'_>,
+    sweep: &[u32],
+) -> Looked {
     let redis = topic.redis();
     let mut calls = match index_calls(
         redis,
         topic.prefix(),
         topic.name(),
         topic.spec.slots,
+        reach,
         IndexOp::Read(READ_LIMIT),
     )
     .await

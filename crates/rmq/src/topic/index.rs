@@ -6,12 +6,18 @@
 //! says. A stale layout costs a read its completeness (the consumer then
 //! looks at every slot and the layout is asked again), never a wrong
 //! answer.
+//!
+//! A serial member takes only from the slots it owns, so on a cluster it
+//! reads only their tags' indexes ([`Reach::Slots`]): what a read costs
+//! Redis grows with the slots a member owns, not with the topic's, and a
+//! group of many members reads each index about once per rescan instead
+//! of once per member. A single node's one index is read whole.
 
 use redis::Cmd;
 
 use crate::conn::{ClusterLayout, Redis};
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys::{cluster_hash_slot, topic_tags};
+use crate::keys::{cluster_hash_slot, slot_tag, topic_tags};
 use crate::scripts::heads::{self, IndexOp};
 use crate::scripts::ScriptId;
 
@@ -20,21 +26,51 @@ use crate::scripts::ScriptId;
 /// with nothing to report is one `ZRANGE`).
 const INDEXES_PER_CALL: usize = 8_192;
 
-/// The calls that do `op` on the whole head index of topic `name` with
-/// `slots` slots. Err when the cluster's layout could not be read or
-/// leaves a tag's hash slot unserved.
+/// The part of a topic's head index a call reaches.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Reach<'a> {
+    /// The entries of every slot.
+    Every,
+    /// The entries of these slots at least: on a cluster the indexes of
+    /// their tags (which may hold the entries of a few neighbours too, on
+    /// more than 16,384 slots), on a single node the one index.
+    Slots(&'a std::collections::HashSet<u32>),
+}
+
+impl Reach<'_> {
+    /// The distinct tags whose indexes hold the entries reached, of a
+    /// topic `name` with `slots` slots.
+    fn tags(self, name: &str, slots: u32) -> Vec<&'static str> {
+        match self {
+            Reach::Every => topic_tags(name, slots),
+            Reach::Slots(of) => {
+                let tags: std::collections::BTreeSet<&'static str> = of
+                    .iter()
+                    .filter(|&&slot| slot < slots)
+                    .map(|&slot| slot_tag(name, slot, slots))
+                    .collect();
+                tags.into_iter().collect()
+            }
+        }
+    }
+}
+
+/// The calls that do `op` on the part `reach` of the head index of topic
+/// `name` with `slots` slots. Err when the cluster's layout could not be
+/// read or leaves a tag's hash slot unserved.
 pub(crate) async fn index_calls(
     redis: &Redis,
     prefix: &str,
     name: &str,
     slots: u32,
+    reach: Reach<'_>,
     op: IndexOp,
 ) -> Result<Vec<(ScriptId, Cmd)>> {
     if !redis.is_cluster() {
         return Ok(vec![heads::on_one_node(prefix, name, op)]);
     }
     let layout = redis.known_layout().await?;
-    per_master_calls(&layout, prefix, name, slots, op).ok_or_else(|| {
+    per_master_calls(&layout, prefix, name, &reach.tags(name, slots), op).ok_or_else(|| {
         redis.forget_layout();
         Error::new(
             ErrorKind::Redis,
@@ -52,7 +88,7 @@ pub(crate) async fn mark_complete(
     name: &str,
     slots: u32,
 ) -> Result<()> {
-    let calls = index_calls(redis, prefix, name, slots, IndexOp::Mark).await?;
+    let calls = index_calls(redis, prefix, name, slots, Reach::Every, IndexOp::Mark).await?;
     redis
         .run(calls)
         .await?
@@ -60,17 +96,17 @@ pub(crate) async fn mark_complete(
         .try_for_each(|r| r.map(drop))
 }
 
-/// The cluster calls: the topic's tags grouped by the master `layout`
+/// The cluster calls: the indexes of `tags` grouped by the master `layout`
 /// says serves each, in chunks. None when one is served by none.
 fn per_master_calls(
     layout: &ClusterLayout,
     prefix: &str,
     name: &str,
-    slots: u32,
+    tags: &[&'static str],
     op: IndexOp,
 ) -> Option<Vec<(ScriptId, Cmd)>> {
     let mut by_master: std::collections::BTreeMap<u16, Vec<&str>> = Default::default();
-    for tag in topic_tags(name, slots) {
+    for &tag in tags {
         let master = layout.master_of(cluster_hash_slot(tag.as_bytes()))?;
         by_master.entry(master).or_default().push(tag);
     }
@@ -111,17 +147,11 @@ mod tests {
     fn each_call_reaches_one_masters_indexes_and_all_calls_reach_every_tag() {
         let layout = three_masters();
         for slots in [1, 16, 1_024, 65_536] {
-            let calls = per_master_calls(&layout, "p", "orders", slots, IndexOp::Read(10)).unwrap();
+            let tags = Reach::Every.tags("orders", slots);
+            let calls = per_master_calls(&layout, "p", "orders", &tags, IndexOp::Read(10)).unwrap();
             let mut reached = 0;
             for (_, cmd) in &calls {
-                let keys: Vec<String> = cmd
-                    .args_iter()
-                    .filter_map(|a| match a {
-                        redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
-                        _ => None,
-                    })
-                    .filter(|a| a.contains(":heads#"))
-                    .collect();
+                let keys = indexes_named(cmd);
                 let masters: std::collections::HashSet<_> = keys
                     .iter()
                     .map(|k| layout.master_of(cluster_hash_slot(k.as_bytes())))
@@ -132,6 +162,41 @@ mod tests {
             assert_eq!(reached, topic_tags("orders", slots).len(), "{slots} slots");
             assert!(calls.len() <= 3, "{slots} slots: {} calls", calls.len());
         }
+    }
+
+    /// The head indexes a call names.
+    fn indexes_named(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            })
+            .filter(|a| a.contains(":heads#"))
+            .collect()
+    }
+
+    #[test]
+    fn a_read_of_some_slots_names_only_the_indexes_of_their_tags() {
+        let layout = three_masters();
+        let index = |slot, slots| {
+            crate::keys::tag_head_index("p", "orders", slot_tag("orders", slot, slots))
+        };
+        // 1,024 slots: a tag each, so three owned slots are three indexes,
+        // whatever the masters serving them.
+        let owned: std::collections::HashSet<u32> = [3, 500, 1_000].into();
+        let tags = Reach::Slots(&owned).tags("orders", 1_024);
+        let calls = per_master_calls(&layout, "p", "orders", &tags, IndexOp::Read(10)).unwrap();
+        let mut named: Vec<String> = calls.iter().flat_map(|(_, c)| indexes_named(c)).collect();
+        named.sort();
+        let mut expected: Vec<String> = owned.iter().map(|&s| index(s, 1_024)).collect();
+        expected.sort();
+        assert_eq!(named, expected);
+        // 65,536 slots: four neighbours share a tag, and a slot past the
+        // topic's end names nothing.
+        let owned: std::collections::HashSet<u32> = [0, 1, 2, 3, 70_000].into();
+        let tags = Reach::Slots(&owned).tags("orders", 65_536);
+        assert_eq!(tags, [slot_tag("orders", 0, 65_536)]);
+        assert_eq!(Reach::Every.tags("orders", 65_536).len(), 16_384);
     }
 
     #[tokio::test]
@@ -209,6 +274,7 @@ mod tests {
             ]),
         ])]);
         let layout = ClusterLayout::of_reply(&reply).unwrap();
-        assert!(per_master_calls(&layout, "p", "orders", 1_024, IndexOp::Mark).is_none());
+        let tags = Reach::Every.tags("orders", 1_024);
+        assert!(per_master_calls(&layout, "p", "orders", &tags, IndexOp::Mark).is_none());
     }
 }

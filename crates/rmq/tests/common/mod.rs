@@ -209,19 +209,34 @@ impl ProxiedCluster {
 
 /// Script calls so far, summed over every node.
 pub async fn calls(backend: &Backend) -> u64 {
+    command_calls(backend, SCRIPT_CALLS).await
+}
+
+/// The commands an idle consumer calls Redis with: scripts, and waits on
+/// the marks.
+const SCRIPT_CALLS: &[&str] = &["evalsha", "fcall", "bzmpop"];
+
+/// Calls of `commands` (lower case; those a script makes count too) so
+/// far, summed over every node.
+pub async fn command_calls(backend: &Backend, commands: &[&str]) -> u64 {
     let urls = match backend {
         Backend::Single(s) => vec![s.url()],
         Backend::Cluster(c) => c.urls(),
     };
     let mut total = 0;
     for url in urls {
-        total += calls_on(&url).await;
+        total += command_calls_on(&url, commands).await;
     }
     total
 }
 
 /// Script calls, and waits on the marks (the calls an idle consumer makes).
 pub async fn calls_on(url: &str) -> u64 {
+    command_calls_on(url, SCRIPT_CALLS).await
+}
+
+/// Calls of `commands` on one server so far (`INFO commandstats`).
+pub async fn command_calls_on(url: &str, commands: &[&str]) -> u64 {
     let client = redis::Client::open(url).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     let info: String = redis::cmd("INFO")
@@ -231,9 +246,11 @@ pub async fn calls_on(url: &str) -> u64 {
         .unwrap();
     info.lines()
         .filter(|l| {
-            ["cmdstat_evalsha:", "cmdstat_fcall:", "cmdstat_bzmpop:"]
-                .iter()
-                .any(|c| l.starts_with(c))
+            commands.iter().any(|c| {
+                l.strip_prefix("cmdstat_")
+                    .and_then(|l| l.strip_prefix(c))
+                    .is_some_and(|l| l.starts_with(':'))
+            })
         })
         .filter_map(|l| {
             l.split("calls=")
