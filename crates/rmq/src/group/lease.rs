@@ -279,7 +279,6 @@ pub(crate) async fn keep_leases(
         member,
         failing_since: Mutex::new(None),
         batch_renewals: AtomicBool::new(!topic.redis().is_cluster()),
-        layout: Mutex::new(None),
         topic,
         cfg,
     };
@@ -341,8 +340,6 @@ struct Keeper {
     failing_since: Mutex<Option<Instant>>,
     /// Renewals share calls on a single node (until one such call failed).
     batch_renewals: AtomicBool,
-    /// A cluster's layout, as last asked (None: ask at the next round).
-    layout: Mutex<Option<Arc<ClusterLayout>>>,
 }
 
 impl Keeper {
@@ -426,7 +423,7 @@ impl Keeper {
         } = lease_calls.answers(replies);
         if moved {
             // The cluster's layout changed: ask for it again next round.
-            *self.layout.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            topic.redis().forget_layout();
         }
         if !again.is_empty() {
             // Renew those leases (found elsewhere, or in a shared call that
@@ -474,28 +471,17 @@ impl Keeper {
         }
     }
 
-    /// On a cluster, which master serves each hash slot, as last asked
-    /// (asked again when a renewal found its lease elsewhere). None on a
-    /// single node, or when the cluster did not answer within `limit`
-    /// (this round's renewals then go one call per slot).
+    /// On a cluster, which master serves each hash slot, as the
+    /// connection last asked (asked again once a renewal, or a read of the
+    /// head index, found a key elsewhere). None on a single node, or when
+    /// the cluster did not answer within `limit` (this round's renewals
+    /// then go one call per slot).
     async fn layout(&self, limit: Duration) -> Option<Arc<ClusterLayout>> {
         if !self.topic.redis().is_cluster() {
             return None;
         }
-        if let Some(known) = self
-            .layout
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
-            return Some(known);
-        }
-        match tokio::time::timeout(limit, self.topic.redis().cluster_layout()).await {
-            Ok(Ok(layout)) => {
-                let layout = Arc::new(layout);
-                *self.layout.lock().unwrap_or_else(|p| p.into_inner()) = Some(layout.clone());
-                Some(layout)
-            }
+        match tokio::time::timeout(limit, self.topic.redis().known_layout()).await {
+            Ok(Ok(layout)) => Some(layout),
             Ok(Err(e)) => {
                 tracing::debug!(topic = %self.topic.name(), "reading the cluster layout failed: {e}");
                 None
