@@ -77,6 +77,7 @@ async fn a_consumer_at_concurrency_one_makes_one_call_per_message() {
             let batch: Vec<Message> = (0..n).map(|i| Message::new(format!("m{i}"))).collect();
             topic.send_batch(&batch).await.unwrap();
             let before = calls(&backend).await;
+            let clock_before = command_calls(&backend, &["time"]).await;
             let handled = handle_all(
                 &topic,
                 n,
@@ -87,6 +88,7 @@ async fn a_consumer_at_concurrency_one_makes_one_call_per_message() {
             )
             .await;
             let used = calls(&backend).await - before;
+            let clock_reads = command_calls(&backend, &["time"]).await - clock_before;
             let mut unique = handled.clone();
             unique.sort();
             unique.dedup();
@@ -99,6 +101,12 @@ async fn a_consumer_at_concurrency_one_makes_one_call_per_message() {
                 assert!(
                     used <= n as u64 + 60,
                     "serial={serial}: {used} script calls for {n} messages"
+                );
+                // A settle and the take after it run at one time: the
+                // call reads the server's clock once.
+                assert!(
+                    clock_reads <= used,
+                    "serial={serial}: {clock_reads} clock reads in {used} script calls"
                 );
             } else {
                 // The measure tells the two apart: a pop and a settle each.

@@ -5,10 +5,12 @@
 -- kind: 'p' | 'f' | 'r'; cfg: max_attempts, backoff_ms, backoff_max_ms,
 -- dead_max, dead_ttl; owner and epoch: serial mode's fence ('' in
 -- parallel mode); ops: one letter per operation, whose args are
--- ARGV[at..], the last ones of the call. Returns settle.lua's reply (or
--- an error reply, nothing written) and whether the caller's serial lease
--- was not current (then nothing changed).
-local function settle_slot(kind, cfg, jitter, channel, slot, owner, epoch, ops, at)
+-- ARGV[at..], the last ones of the call; index_later: the caller brings
+-- the slot's head index entry up to date itself (settle_take's take sets
+-- it exactly), else the settle does (index_ended). Returns settle.lua's
+-- reply (or an error reply, nothing written) and whether the caller's
+-- serial lease was not current (then nothing changed).
+local function settle_slot(kind, cfg, jitter, channel, slot, owner, epoch, ops, at, index_later)
   local now = now_ms()
 
   -- Decode the operations and check their arguments before any write.
@@ -194,6 +196,8 @@ local function settle_slot(kind, cfg, jitter, channel, slot, owner, epoch, ops, 
   if requeued then
     announce(kind, channel, slot, hm, hs, c)
   end
-  index_ended(kind, slot)
+  if not index_later then
+    index_ended(kind, slot)
+  end
   return codes, false
 end

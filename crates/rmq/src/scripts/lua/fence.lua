@@ -7,8 +7,14 @@
 -- holds the slot now, until when (ms), and whether the slot is paused (the
 -- lease hash also holds the topic's pause flag, `paused`, see pause.lua:
 -- one read answers both).
+-- The lease hash as read by this call: no script that checks a lease
+-- writes one, so a call that settles and then takes reads it once.
+local LEASE_READ
 local function lease_check(owner, epoch, now)
-  local l = redis.call('HMGET', K.l, 'owner', 'epoch', 'until', 'paused')
+  if not LEASE_READ then
+    LEASE_READ = redis.call('HMGET', K.l, 'owner', 'epoch', 'until', 'paused')
+  end
+  local l = LEASE_READ
   local till = tonumber(l[3] or '0') or 0
   local live = l[1] ~= false and l[1] ~= '' and till > now
   local paused = l[4] ~= false

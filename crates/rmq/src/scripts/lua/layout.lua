@@ -68,21 +68,35 @@ local function fmt(n)
   return string.format('%.0f', n)
 end
 
+-- The server clock (ms), read once per call: every step of a call that
+-- does several (settle_take: a settle, then a take) sees one time, and the
+-- later ones cost no TIME.
+local NOW_MS
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not NOW_MS then
+    local t = redis.call('TIME')
+    NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return NOW_MS
 end
 
 local TYPE_OF = { q = 'zset', d = 'hash', f = 'zset', n = 'hash', m = 'hash', r = 'zset', x = 'zset', X = 'hash', a = 'hash', l = 'hash' }
+
+-- Keys this call found of the right type (or absent): a script writes
+-- only rmq's own types, so a key passes a second check without a TYPE.
+local CHECKED = {}
 
 -- Refuses to run (before any write) when one of the named queue keys
 -- ('d', 'm', ...) holds a foreign type.
 local function check_keys(...)
   for _, name in ipairs({ ... }) do
     local key, expected = K[name], TYPE_OF[name]
-    local t = redis.call('TYPE', key)['ok']
-    if t ~= 'none' and t ~= expected then
-      return redis.error_reply('RMQ_WRONGTYPE ' .. key .. ' holds a ' .. t .. ', expected a ' .. expected)
+    if not CHECKED[key] then
+      local t = redis.call('TYPE', key)['ok']
+      if t ~= 'none' and t ~= expected then
+        return redis.error_reply('RMQ_WRONGTYPE ' .. key .. ' holds a ' .. t .. ', expected a ' .. expected)
+      end
+      CHECKED[key] = true
     end
   end
   return nil

@@ -50,7 +50,10 @@ local bad = check_keys('r', 'a')
 if bad then
   return bad
 end
-local codes, fenced = settle_slot(kind, cfg, jitter, channel, slot, owner, epoch, ARGV[14] or '', 15)
+-- The settle leaves the slot's index entry to this call: a take sets it
+-- exactly, and every way out without one brings it up to date as a settle
+-- alone would have (index_ended).
+local codes, fenced = settle_slot(kind, cfg, jitter, channel, slot, owner, epoch, ARGV[14] or '', 15, true)
 if codes.err then
   return codes
 end
@@ -66,6 +69,7 @@ for i = 2, #codes do
   end
 end
 if not ended_any then
+  index_ended(kind, slot)
   return { codes, false }
 end
 -- How much earlier another slot's work must be due to stop a take here
@@ -106,12 +110,14 @@ end
 
 local marked, mark = better_marked()
 if marked then
+  index_ended(kind, slot)
   redis.pcall('ZREM', MARKS, marked)
   return { codes, false, tonumber(marked), mark }
 end
 local count = math.max(math.min(tonumber(ARGV[12]) or 1, 1000), 1)
 local taken = take_slot(kind, count, tonumber(ARGV[13]), cfg, jitter, channel, slot, owner, epoch)
 if taken.err then
+  index_ended(kind, slot)
   return { codes, false }
 end
 return { codes, taken }
