@@ -108,13 +108,7 @@ mod tests {
     fn an_evalsha_call_becomes_the_same_fcall() {
         let call = super::super::call(ScriptId::Stats, &["k1".into()], &[b"a", b"b"]);
         let f = as_fcall(ScriptId::Stats, &call);
-        let args: Vec<Vec<u8>> = f
-            .args_iter()
-            .filter_map(|a| match a {
-                redis::Arg::Simple(b) => Some(b.to_vec()),
-                _ => None,
-            })
-            .collect();
+        let args: Vec<Vec<u8>> = crate::scripts::sent_args(&f);
         assert_eq!(args[0], b"FCALL");
         assert_eq!(args[1], library().function(ScriptId::Stats).as_bytes());
         assert_eq!(

@@ -172,13 +172,7 @@ mod tests {
     #[test]
     fn a_cluster_call_declares_one_index_and_names_the_others() {
         let (_, cmd) = on_one_master("p", "t", &["a", "b", "c"], IndexOp::Read(7)).unwrap();
-        let args: Vec<Vec<u8>> = cmd
-            .args_iter()
-            .filter_map(|a| match a {
-                redis::Arg::Simple(b) => Some(b.to_vec()),
-                _ => None,
-            })
-            .collect();
+        let args: Vec<Vec<u8>> = crate::scripts::sent_args(&cmd);
         let text: Vec<String> = args[2..]
             .iter()
             .map(|a| String::from_utf8_lossy(a).into_owned())

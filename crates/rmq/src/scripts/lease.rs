@@ -117,13 +117,7 @@ mod tests {
             ttl_ms: 0,
         }
         .call();
-        let args: Vec<Vec<u8>> = cmd
-            .args_iter()
-            .filter_map(|a| match a {
-                redis::Arg::Simple(b) => Some(b.to_vec()),
-                _ => None,
-            })
-            .collect();
+        let args: Vec<Vec<u8>> = crate::scripts::sent_args(&cmd);
         // EVALSHA sha numkeys keys.. then ARGV in the header's order.
         assert_eq!(&args[2], b"10");
         let argv: Vec<&[u8]> = args[13..].iter().map(Vec::as_slice).collect();

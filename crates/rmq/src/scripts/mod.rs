@@ -354,6 +354,18 @@ fn header_names(header: &str, array: &str) -> Vec<String> {
     found.into_iter().map(|(_, name)| name).collect()
 }
 
+/// The arguments a command sends, the command's name first (what a test
+/// of a request's layout compares).
+#[cfg(test)]
+pub(crate) fn sent_args(cmd: &redis::Cmd) -> Vec<Vec<u8>> {
+    cmd.args_iter()
+        .filter_map(|a| match a {
+            redis::Arg::Simple(b) => Some(b.to_vec()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The `ARGV[n] name` entries of a script's header, names in order of n
 /// (what a typed request's `ARGV` must equal).
 #[cfg(test)]

@@ -94,12 +94,7 @@ mod tests {
 
     fn sent(request: &RenewRequest) -> Vec<Vec<u8>> {
         let (_, cmd) = request.call();
-        cmd.args_iter()
-            .filter_map(|a| match a {
-                redis::Arg::Simple(b) => Some(b.to_vec()),
-                _ => None,
-            })
-            .collect()
+        crate::scripts::sent_args(&cmd)
     }
 
     #[test]

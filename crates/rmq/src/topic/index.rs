@@ -166,11 +166,9 @@ mod tests {
 
     /// The head indexes a call names.
     fn indexes_named(cmd: &Cmd) -> Vec<String> {
-        cmd.args_iter()
-            .filter_map(|a| match a {
-                redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
-                _ => None,
-            })
+        crate::scripts::sent_args(cmd)
+            .into_iter()
+            .map(|a| String::from_utf8_lossy(&a).into_owned())
             .filter(|a| a.contains(":heads#"))
             .collect()
     }
