@@ -218,15 +218,20 @@ impl Fetcher {
     /// (after which a parallel consumer whose look at every slot got every
     /// answer marks the index complete). False when Redis could not be
     /// reached.
+    /// Serial mode: `allowed` are the slots it may take from now, `owned`
+    /// all it owns (a read of the index reaches those), both taken after
+    /// notice generation `since`.
     async fn look(
         &mut self,
         unknown: &[u32],
         allowed: Option<&std::collections::HashSet<u32>>,
+        owned: Option<&std::collections::HashSet<u32>>,
+        since: u64,
     ) -> bool {
         if self.topic.redis().head_index {
             let sweep = self.sweep(allowed);
-            let reach = allowed.map_or(Reach::Every, Reach::Slots);
-            match heads::look(&self.topic, &self.shared, reach, &sweep).await {
+            let reach = owned.map_or(Reach::Every, Reach::Slots);
+            match heads::look(&self.topic, &self.shared, reach, &sweep, since).await {
                 Looked::Done => return true,
                 Looked::Failed => return false,
                 Looked::Incomplete => {}
@@ -444,19 +449,32 @@ impl Fetcher {
                 self.shared.lock().mark_all();
                 self.last_rescan = Instant::now();
             }
+            // Read before the slots it may take from: a wake-up that comes
+            // after (a slot acquired, or one whose delivery ended) is newer
+            // than the look, which keeps it.
+            let since = self.shared.lock().generation();
             // Serial mode: only the slots this member may take from. The
-            // others' owners look at theirs; a slot acquired later is still
-            // unknown here, so it is looked at then.
-            let allowed = self
-                .shared
-                .ownership
-                .as_ref()
-                .map(|o| self.shared.own(o).takeable());
+            // others' owners look at theirs; a slot acquired later is woken
+            // then (`slot_may_have_work`). A read of the index reaches every
+            // slot it owns, busy or leaving ones too, so that a slot that
+            // becomes takeable again without a wake-up keeps what the
+            // index said of it.
+            let (allowed, owned) = match self.shared.ownership.as_ref() {
+                Some(o) => {
+                    let own = self.shared.own(o);
+                    (Some(own.takeable()), Some(own.owned()))
+                }
+                None => (None, None),
+            };
             let mut unknown = self.shared.lock().unknown();
             if let Some(a) = &allowed {
                 unknown.retain(|slot| a.contains(slot));
             }
-            if !unknown.is_empty() && !self.look(&unknown, allowed.as_ref()).await {
+            if !unknown.is_empty()
+                && !self
+                    .look(&unknown, allowed.as_ref(), owned.as_ref(), since)
+                    .await
+            {
                 if !self.back_off().await {
                     return None;
                 }

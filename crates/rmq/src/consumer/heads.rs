@@ -33,15 +33,17 @@ pub(crate) enum Looked {
 
 /// Reads the index (up to [`READ_LIMIT`] entries; on a cluster, one read
 /// per master of the indexes `reach` needs) and looks at `sweep` directly,
-/// in one round trip, and records what both say: every slot becomes
-/// known, and one the read did not reach as holding nothing, so a serial
-/// member reaches at least every slot it may take from (a slot it owns
-/// later is looked at when it does).
+/// in one round trip, and records what both say as of notice generation
+/// `since` (read by the caller before it chose `reach`): every slot
+/// becomes known, and one the read did not reach as holding nothing, so a
+/// serial member reaches every slot it owns (one it owns later is woken
+/// when it does, after `since`).
 pub(crate) async fn look(
     topic: &Topic,
     shared: &Shared,
     reach: Reach<'_>,
     sweep: &[u32],
+    since: u64,
 ) -> Looked {
     let redis = topic.redis();
     let mut calls = match index_calls(
@@ -67,7 +69,6 @@ pub(crate) async fn look(
             .iter()
             .map(|&slot| pop_call(topic, &args, slot, 0, None)),
     );
-    let since = shared.lock().generation();
     let mut replies = match redis.run(calls).await {
         Ok(r) => r.into_iter(),
         Err(e) => {

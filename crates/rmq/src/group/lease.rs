@@ -74,6 +74,11 @@ impl Ownership {
             .is_some_and(|o| o.epoch == epoch && !o.leaving && o.valid_until > Instant::now())
     }
 
+    /// Every slot owned, busy, leaving or not.
+    pub(crate) fn owned(&self) -> HashSet<u32> {
+        self.slots.keys().copied().collect()
+    }
+
     /// Owned slots with nothing out, still valid.
     pub(crate) fn takeable(&self) -> HashSet<u32> {
         let now = Instant::now();
