@@ -53,11 +53,6 @@ pub use runner::{Outcome, RunReport};
 use crate::group::{keep_leases, validate_group, Coordinator, RedisCoordinator, SerialConfig};
 use crate::topic::Topic;
 
-/// How long closing a stream waits at most for the settles and permit
-/// frees still on their way (Redis unreachable: they are lost, and the
-/// permits run out at their deadline).
-const CLOSE_SETTLES_LIMIT: Duration = Duration::from_secs(5);
-
 /// Configures a consumer; get one from [`Topic::consumer`].
 #[derive(Debug, Clone)]
 pub struct ConsumerBuilder {
@@ -230,7 +225,6 @@ impl ConsumerBuilder {
             inflight::Permits::new(&self.topic),
             chain,
         );
-        let settles = settler.load();
         tokio::spawn(wake::listen(
             self.topic.clone(),
             shared.clone(),
@@ -295,7 +289,6 @@ impl ConsumerBuilder {
             _stop: stop.drop_guard(),
             keeper,
             shared,
-            settles,
         }
     }
 }
@@ -308,8 +301,6 @@ pub struct Deliveries {
     _stop: tokio_util::sync::DropGuard,
     keeper: Option<(CancellationToken, Option<tokio::task::JoinHandle<()>>)>,
     shared: Arc<Shared>,
-    /// The settling task's work in hand, waited for on close.
-    settles: Arc<settler::Load>,
 }
 
 impl Deliveries {
@@ -329,11 +320,6 @@ impl Deliveries {
         while let Ok(d) = self.rx.try_recv() {
             let _ = d.release().await;
         }
-        // The last deliveries' settles and permit frees may still be on
-        // their way to Redis (a dropped delivery's free is sent, not
-        // awaited): done before this returns, and before a serial member
-        // gives its slots up.
-        self.settles.drained(CLOSE_SETTLES_LIMIT).await;
         if let Some((stop, handle)) = self.keeper.take() {
             stop.cancel();
             if let Some(handle) = handle {
