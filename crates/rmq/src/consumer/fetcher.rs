@@ -218,6 +218,7 @@ impl Fetcher {
     /// (after which a parallel consumer whose look at every slot got every
     /// answer marks the index complete). False when Redis could not be
     /// reached.
+    ///
     /// Serial mode: `allowed` are the slots it may take from now, `owned`
     /// all it owns (a read of the index reaches those), both taken after
     /// notice generation `since`.
@@ -459,20 +460,25 @@ impl Fetcher {
             // slot it owns, busy or leaving ones too, so that a slot that
             // becomes takeable again without a wake-up keeps what the
             // index said of it.
-            let (allowed, owned) = match self.shared.ownership.as_ref() {
-                Some(o) => {
-                    let own = self.shared.own(o);
-                    (Some(own.takeable()), Some(own.owned()))
-                }
-                None => (None, None),
-            };
+            let allowed = self
+                .shared
+                .ownership
+                .as_ref()
+                .map(|o| self.shared.own(o).takeable());
             let mut unknown = self.shared.lock().unknown();
             if let Some(a) = &allowed {
                 unknown.retain(|slot| a.contains(slot));
             }
+            // (Only for a look: most rounds have nothing unknown.)
+            let owned = || {
+                self.shared
+                    .ownership
+                    .as_ref()
+                    .map(|o| self.shared.own(o).owned())
+            };
             if !unknown.is_empty()
                 && !self
-                    .look(&unknown, allowed.as_ref(), owned.as_ref(), since)
+                    .look(&unknown, allowed.as_ref(), owned().as_ref(), since)
                     .await
             {
                 if !self.back_off().await {
