@@ -102,9 +102,10 @@ async fn a_server_killed_mid_stream_loses_nothing_and_the_stream_keeps_each_mess
                 .delay(Duration::from_millis(i * 3))
         })
         .collect();
-    topic.send_batch(&batch).await.unwrap();
-
     let sink = target(&nats).connect().await.unwrap();
+    // Sent once the server is up: the messages fall due over the run,
+    // however long the server took to start.
+    topic.send_batch(&batch).await.unwrap();
     let running = Running::start(Forwarder::new(topic.clone(), sink).concurrency(64));
     assert!(eventually(30, || async { nats_count(&js, STREAM).await >= total / 6 }).await);
     nats.kill();

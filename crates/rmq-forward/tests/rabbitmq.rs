@@ -95,10 +95,11 @@ async fn a_node_stopped_mid_stream_and_restarted_loses_nothing() {
                 .delay(Duration::from_millis(i * 3))
         })
         .collect();
-    topic.send_batch(&batch).await.unwrap();
-
     let concurrency = 64;
     let sink = target(&rabbit, "jobs").connect().await.unwrap();
+    // Sent once the broker is up: the messages fall due over the run,
+    // however long the broker took to start.
+    topic.send_batch(&batch).await.unwrap();
     let running = Running::start(Forwarder::new(topic.clone(), sink).concurrency(concurrency));
     // Stop it a sixth of the way through (judged by rmq's acks: reading the
     // queue meanwhile would slow everything on a loaded machine).
@@ -284,13 +285,16 @@ async fn a_hung_node_times_out_its_confirms_and_nothing_is_lost_when_it_answers_
     let mut rabbit = RabbitServer::start();
     let ch = rabbit_queue(&rabbit.url()).await;
     let total = 1000u64;
-    let batch: Vec<Message> = (0..total)
-        .map(|i| {
-            Message::new(format!("p{i}"))
-                .key(format!("k{i}"))
-                .delay(Duration::from_millis(i * 3))
-        })
-        .collect();
+    let message = |i: u64, delay: u64| {
+        Message::new(format!("p{i}"))
+            .key(format!("k{i}"))
+            .delay(Duration::from_millis(delay))
+    };
+    // A fifth arrives before the hang; the rest is sent once the node
+    // hangs, so it is due while nothing answers however long the start
+    // took (sent before, it could all be forwarded before the hang).
+    let first = total / 5;
+    let batch: Vec<Message> = (0..first).map(|i| message(i, 0)).collect();
     topic.send_batch(&batch).await.unwrap();
 
     let Target::Amqp(t) = target(&rabbit, "jobs") else {
@@ -304,12 +308,16 @@ async fn a_hung_node_times_out_its_confirms_and_nothing_is_lost_when_it_answers_
     let running = Running::start(Forwarder::new(topic.clone(), sink).concurrency(concurrency));
     assert!(
         eventually(30, || async {
-            topic.stats().await.unwrap().total.acked >= 200
+            topic.stats().await.unwrap().total.acked >= first
         })
         .await
     );
     let before = rabbit_drain(&ch).await;
     rabbit.pause();
+    let batch: Vec<Message> = (first..total)
+        .map(|i| message(i, (i - first) * 2))
+        .collect();
+    topic.send_batch(&batch).await.unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let hung = topic.stats().await.unwrap().total;
     // Longer than a connection attempt: the forwarder must neither stop
