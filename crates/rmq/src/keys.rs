@@ -88,6 +88,11 @@ pub(crate) fn group_key(prefix: &str, topic: &str, group: &str) -> String {
     format!("{prefix}:group:{topic}:{group}")
 }
 
+/// The membership group of a topic's parallel consumers on a cluster
+/// (`consumer/affinity.rs`), kept as a serial group's is: no serial group
+/// can have this name, since a group name holds no `#`.
+pub(crate) const PARALLEL_GROUP: &str = "#parallel";
+
 /// The field of the topic index that notes a serial group of a topic
 /// (topic names hold no ':', so it can never be a topic's field).
 pub(crate) fn group_field(topic: &str, group: &str) -> String {

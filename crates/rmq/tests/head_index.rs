@@ -83,11 +83,13 @@ async fn send_due_now(topic: &Topic, n: usize) {
 /// Script calls a consumer may make to start, whatever the slot count:
 /// a look at start and, unless the two meet, another once its wake-up
 /// channels are subscribed (each an index read, one per master on a
-/// three-master cluster, and four direct looks), and the first wait on
-/// the marks (one node).
+/// three-master cluster, and direct looks: four on one node, two of its
+/// own slots on a cluster); then on one node the first wait on the marks,
+/// on a cluster its first heartbeat of slot affinity and the note of the
+/// membership in the topic registry.
 fn start_budget() -> u64 {
-    let reads = if single_node() { 1 } else { 3 };
-    2 * (reads + 4) + 1
+    let (reads, looks, after) = if single_node() { (1, 4, 1) } else { (3, 2, 2) };
+    2 * (reads + looks) + after
 }
 
 fn single_node() -> bool {
@@ -101,8 +103,9 @@ async fn an_idle_consumer_costs_a_few_calls_whether_its_topic_has_one_slot_or_65
         let before = calls(&server).await;
         let stop = rmq::CancellationToken::new();
         // The default rescan (5 s): one index read (on a cluster, one per
-        // master) and a sweep of four slots each time; on one node a wait
-        // on the marks every 2 s. A 15 s window holds up to four rescans.
+        // master) and a sweep of four slots (on a cluster, two) each time;
+        // on one node a wait on the marks every 2 s, on a cluster a
+        // heartbeat every 3 s. A 15 s window holds up to four rescans.
         let mut s = topic.consumer().stream(stop.clone());
         let (start_up, idle) = start_up_and_idle_calls(&server, Duration::from_secs(15)).await;
         assert!(

@@ -29,9 +29,10 @@
 //! Then a few sizes again on a throwaway Redis Cluster of three masters
 //! (`backend=cluster`; calls and CPU summed over the nodes), where the
 //! index is one key per hash tag, read in one call per master, and there
-//! are no marks (a blocking wait cannot span hash slots): without the
-//! index every consumer looks at every slot, as all did on a cluster
-//! before it was kept there.
+//! are no marks (a blocking wait cannot span hash slots; with the index,
+//! the consumers split the slots instead: slot affinity): without the
+//! index every consumer looks at every slot and acts on every notice, as
+//! all did on a cluster before the index was kept there.
 
 use std::time::{Duration, Instant};
 

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::delivery::Delivery;
-use super::heads::{self, Looked, SWEEP};
+use super::heads::{self, Looked, SWEEP, SWEEP_WITH_AFFINITY};
 use super::inflight::Taken;
 use super::pool::Probe;
 use super::pop::{parse_pop, pop_call, survey, Surveyed};
@@ -195,15 +195,21 @@ impl Fetcher {
     }
 
     /// The next few slots the sweep looks at, in turn (serial mode: of
-    /// those it may take from).
+    /// those it may take from; with slot affinity, of its own).
     fn sweep(&mut self, allowed: Option<&std::collections::HashSet<u32>>) -> Vec<u32> {
         let slots = self.topic.spec.slots.max(1);
-        let mut out = Vec::with_capacity(SWEEP);
+        let size = if self.shared.affinity {
+            SWEEP_WITH_AFFINITY
+        } else {
+            SWEEP
+        };
+        let mut out = Vec::with_capacity(size);
+        let schedule = self.shared.lock();
         for i in 0..slots {
             let slot = (self.sweep_from + i) % slots;
-            if allowed.is_none_or(|a| a.contains(&slot)) {
+            if allowed.is_none_or(|a| a.contains(&slot)) && schedule.hears(slot) {
                 out.push(slot);
-                if out.len() == SWEEP {
+                if out.len() == size {
                     self.sweep_from = (slot + 1) % slots;
                     return out;
                 }

@@ -20,6 +20,10 @@ use crate::topic::Topic;
 const READ_LIMIT: usize = 10_000;
 /// Slots looked at directly with each read of the index.
 pub(crate) const SWEEP: usize = 4;
+/// The same for a parallel consumer on a cluster, which sweeps only its
+/// own slots (`affinity.rs`): a read already costs a call per master, and
+/// with its heartbeat an idle consumer stays under 2 calls a second.
+pub(crate) const SWEEP_WITH_AFFINITY: usize = 2;
 
 /// What a look through the index came to.
 pub(crate) enum Looked {

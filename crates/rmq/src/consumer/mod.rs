@@ -18,6 +18,7 @@
 //! messages; `run` then waits up to the grace period for running handlers
 //! and releases (gives back, uncounted) whatever did not start or finish.
 
+mod affinity;
 mod chain;
 mod delivery;
 mod fetcher;
@@ -191,16 +192,20 @@ impl ConsumerBuilder {
     pub fn stream(self, cancel: CancellationToken) -> Deliveries {
         let spec = self.topic.spec();
         let member: Arc<str> = format!("{:016x}", rand::random::<u64>()).into();
-        // Parallel consumers on a single node wait on the marks (one
-        // consumer per new head); serial members, and every consumer on a
-        // cluster (a wait cannot span hash slots), hear every notice.
+        // No thundering herd: parallel consumers on a single node wait on
+        // the marks (one consumer per new head); on a cluster, where a wait
+        // cannot span hash slots, they split the slots and each acts on
+        // its own slots' notices (`affinity.rs`). Both need the head index
+        // (to take over work that waits). Serial members own their slots.
         let redis = self.topic.redis();
         let marks = self.serial.is_none() && redis.head_index && !redis.is_cluster();
+        let affinity = self.serial.is_none() && redis.head_index && redis.is_cluster();
         let shared = Arc::new(Shared::new(
             spec.kind,
             spec.slots,
             self.serial.as_ref().map(|_| member.clone()),
             marks,
+            affinity,
         ));
         let permits = match &self.gate {
             Some(g) => g.sem.clone(),
@@ -230,6 +235,14 @@ impl ConsumerBuilder {
             shared.clone(),
             stop.clone(),
         ));
+        if affinity {
+            tokio::spawn(affinity::keep(
+                self.topic.clone(),
+                shared.clone(),
+                member.clone(),
+                stop.clone(),
+            ));
+        }
         if marks {
             tokio::spawn(marks::wait(
                 self.topic.clone(),

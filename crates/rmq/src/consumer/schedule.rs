@@ -14,6 +14,12 @@
 //! it here too would bring every consumer that heard of it to the slot at
 //! once (the herd the marks are there to avoid).
 //!
+//! A parallel consumer on a cluster serves first the slots its affinity
+//! gives it (`affinity.rs`); of the others' slots it keeps only work that
+//! is overdue (taken over from a consumer that does not take it): due
+//! [`STEAL_AFTER_MS`] ago, or a priority topic's pending head that index
+//! reads found unchanged for as long.
+//!
 //! A priority topic's pending work is ready whatever the time: its `next`
 //! is [`READY`], earlier than any server time (not "now" by this clock's
 //! estimate, which moves back a little with each reply's round trip).
@@ -59,6 +65,13 @@ struct SlotHint {
     /// not rank it. What a pop leaves behind scores lower, and so does a
     /// message of the same priority sent later.
     taken: Option<(i64, i64)>,
+    /// Another consumer's by affinity: notices of it are not this
+    /// consumer's, and only overdue work in it is kept.
+    foreign: bool,
+    /// A foreign slot's index value as a read last found it, and when (server
+    /// ms) a read first found that value: a priority topic's pending head
+    /// that reads find unchanged for [`STEAL_AFTER_MS`] is overdue.
+    foreign_seen: Option<(i64, i64)>,
 }
 
 /// Whether priority score `score` lies within what a pop took.
@@ -112,6 +125,12 @@ pub(crate) struct Schedule {
     /// for is not its own (see the module docs).
     marks: bool,
 }
+
+/// How long work in another consumer's slot must have been due before
+/// this consumer takes it (ms): its owner takes work as it falls due, so
+/// work still there this long after is work the owner does not take (it
+/// is gone, or has no room).
+pub(crate) const STEAL_AFTER_MS: i64 = 1_000;
 
 /// How much earlier another slot's work must be due for a take on settle
 /// to leave it to the fetch loop (ms; as `SLACK_MS` in settle_take.lua).
@@ -183,6 +202,30 @@ impl Schedule {
         self.offset_ms = server_ms - local_ms();
     }
 
+    /// Whether notices of `slot` are this consumer's: not when the slot is
+    /// another consumer's by affinity.
+    pub(crate) fn hears(&self, slot: u32) -> bool {
+        self.slots.get(slot as usize).is_some_and(|h| !h.foreign)
+    }
+
+    /// Sets which slots are this consumer's by affinity (`mine[slot]`;
+    /// all of them when empty). Of a foreign slot it keeps only work that
+    /// is overdue, as a read of the index would (a slot not looked at yet
+    /// stays to be looked at).
+    pub(crate) fn set_affinity(&mut self, mine: &[bool]) {
+        let overdue = self.server_now() - STEAL_AFTER_MS;
+        for (slot, h) in self.slots.iter_mut().enumerate() {
+            h.foreign = !mine.is_empty() && !mine.get(slot).copied().unwrap_or(false);
+            if !h.foreign {
+                h.foreign_seen = None;
+            } else if h.next.is_some_and(|n| n > overdue) || (h.next == Some(READY) && !h.unknown) {
+                h.next = None;
+                h.best = None;
+            }
+        }
+        self.rebuild_by_next();
+    }
+
     /// Marks every slot to be looked at now (start, reconnect, rescan).
     pub(crate) fn mark_all(&mut self) {
         for s in &mut self.slots {
@@ -232,6 +275,21 @@ impl Schedule {
             let (next, best) = hint_of(kind, v);
             if self.marks && next > now {
                 continue; // later work: a mark holds it
+            }
+            if h.foreign {
+                let first_seen = match h.foreign_seen {
+                    Some((seen, at)) if seen == v => at,
+                    _ => now,
+                };
+                h.foreign_seen = Some((v, first_seen));
+                let overdue = if priority && v <= 0 {
+                    first_seen <= now - STEAL_AFTER_MS
+                } else {
+                    next <= now - STEAL_AFTER_MS
+                };
+                if !overdue {
+                    continue; // its owner takes it
+                }
             }
             h.next = Some(h.next.map_or(next, |n| n.min(next)));
             h.best = h.best.max(best);
@@ -365,10 +423,11 @@ impl Schedule {
             TopicKind::Priority => head.map(|_| READY),
             _ => head,
         };
-        let next = if self.marks {
-            // Work due now only: later work was marked for one consumer,
-            // and a lease ends with its settle (one that runs out is
-            // found by a rescan).
+        let foreign = self.slots.get(slot as usize).is_some_and(|h| h.foreign);
+        let next = if self.marks || foreign {
+            // Work due now only: later work was marked for one consumer
+            // (or is the slot's owner's, by affinity), and a lease ends
+            // with its settle (one that runs out is found by a rescan).
             [head_ready, retry]
                 .into_iter()
                 .flatten()
@@ -634,6 +693,67 @@ mod tests {
         s.after_pop(3, 0, None, Some(now + 60_000), None, now);
         assert_eq!(s.ready(10, None), vec![1, 0]);
         assert!(s.ms_until_next(None) == Some(0));
+    }
+
+    #[test]
+    fn another_consumers_slot_is_not_heard_and_keeps_only_overdue_work() {
+        let mut s = Schedule::new(TopicKind::FixedTime, 4);
+        s.set_affinity(&[true, false, false, true]);
+        assert!(s.hears(0) && !s.hears(1) && !s.hears(2) && s.hears(3));
+        let now = s.server_now();
+        let entries = [
+            (1, now - STEAL_AFTER_MS - 100), // the owner left it: overdue
+            (2, now - 10),                   // just due: its owner takes it
+            (0, now + 500),                  // this one's, later
+            (3, now + 60_000),
+        ];
+        s.apply_index(&entries, false, s.generation());
+        assert_eq!(s.ready(4, None), vec![1]);
+        // A pop of a foreign slot keeps only what is due now: its later
+        // work is its owner's.
+        s.after_pop_taking(1, s.generation(), Some(now + 200), None, None, now, None);
+        assert!(s.ready(4, None).is_empty());
+        let wait = s.ms_until_next(None).unwrap();
+        assert!((400..=500).contains(&wait), "slot 0 is next: {wait}");
+        // All its own again (it left the membership's view): the next read
+        // keeps everything.
+        s.set_affinity(&[]);
+        assert!(s.hears(1));
+        s.apply_index(&entries, false, s.generation());
+        assert_eq!(s.ready(4, None), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_slot_that_becomes_foreign_keeps_only_its_overdue_work() {
+        let mut s = Schedule::new(TopicKind::FixedTime, 3);
+        let now = s.server_now();
+        let entries = [(0, now - STEAL_AFTER_MS - 100), (1, now + 500), (2, now)];
+        s.apply_index(&entries, false, s.generation());
+        s.set_affinity(&[false, false, false]);
+        assert_eq!(s.ready(3, None), vec![0]);
+        s.after_pop_taking(0, s.generation(), None, None, None, now, None);
+        assert_eq!(s.ms_until_next(None), None, "nothing later is kept");
+        let mut s = Schedule::new(TopicKind::FixedTime, 2);
+        s.set_affinity(&[false, true]);
+        assert_eq!(s.unknown(), vec![0, 1], "slots not looked at yet stay so");
+    }
+
+    #[test]
+    fn a_pending_head_in_another_consumers_slot_is_taken_once_reads_find_it_for_a_while() {
+        let mut s = Schedule::new(TopicKind::Priority, 2);
+        s.set_affinity(&[true, false]);
+        let head = -(5 << 32);
+        s.apply_index(&[(1, head)], false, s.generation());
+        assert!(s.ready(2, None).is_empty(), "its owner takes it");
+        // Another message is the head now: seen for the first time.
+        let later = s.server_now() + STEAL_AFTER_MS / 2;
+        s.observe_server_time(later);
+        s.apply_index(&[(1, head - 1)], false, s.generation());
+        assert!(s.ready(2, None).is_empty());
+        // The same head, a while later: its owner does not take it.
+        s.observe_server_time(later + STEAL_AFTER_MS);
+        s.apply_index(&[(1, head - 1)], false, s.generation());
+        assert_eq!(s.ready(2, None), vec![1]);
     }
 
     #[test]

@@ -25,6 +25,9 @@ pub(crate) struct Shared {
     pub(crate) ownership: Option<Arc<Mutex<Ownership>>>,
     /// Whether the consumer waits on the topic's marks (`marks.rs`).
     pub(crate) marks: bool,
+    /// Whether it splits the slots with the topic's other parallel
+    /// consumers (`affinity.rs`).
+    pub(crate) affinity: bool,
     /// How many marks the fetch loop would take: the room it gathered last
     /// (at most one round's slots), 0 while it waits for room. The marks
     /// waiter asks Redis only while this is set. Set and read under the
@@ -36,12 +39,14 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// `member`: serial mode's member id (None in parallel mode); `marks`:
-    /// whether it waits on the topic's marks.
+    /// whether it waits on the topic's marks; `affinity`: whether it
+    /// splits the slots with the other parallel consumers.
     pub(crate) fn new(
         kind: TopicKind,
         slots: u32,
         member: Option<Arc<str>>,
         marks: bool,
+        affinity: bool,
     ) -> Shared {
         Shared {
             schedule: Mutex::new(Schedule::with_marks(kind, slots, marks)),
@@ -49,6 +54,7 @@ impl Shared {
             room: Notify::new(),
             ownership: member.map(|m| Arc::new(Mutex::new(Ownership::new(m)))),
             marks,
+            affinity,
             want_marks: tokio::sync::watch::Sender::new(0),
             stopped: Mutex::new(None),
         }

@@ -11,7 +11,9 @@
 //! A consumer that waits on the marks (`marks.rs`) hears of new heads from
 //! them, one consumer per head, and listens here only for `room`, on the
 //! topic's room channel, where no head is announced: a notice would wake
-//! every such consumer, which is what the marks are there to avoid.
+//! every such consumer, which is what the marks are there to avoid. A
+//! parallel consumer on a cluster hears every notice but acts only on
+//! those of its own slots (`affinity.rs`), for the same reason.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +46,13 @@ async fn pause(backoff: &mut Duration, cancel: &CancellationToken) -> bool {
 fn deliver(topic: &str, shared: &Shared, payload: &[u8]) {
     crate::observe::woken(topic);
     match parse(payload) {
+        // Another consumer's slot by affinity (`affinity.rs`): its own
+        // consumer takes the work.
+        Some(Notice::Head { slot, .. } | Notice::RetryAt { slot, .. })
+            if !shared.lock().hears(slot) =>
+        {
+            return
+        }
         Some(Notice::Head { slot, score }) => shared.lock().notify(slot, score),
         Some(Notice::RetryAt { slot, ms }) => shared.lock().wake_at(slot, ms),
         Some(Notice::Room) => {

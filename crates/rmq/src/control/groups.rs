@@ -55,6 +55,9 @@ pub(crate) async fn group_names(
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (field, _) in fields {
         if let Some((topic, group)) = keys::parse_group_field(&field) {
+            if group == keys::PARALLEL_GROUP {
+                continue; // parallel consumers' slot affinity, no serial group
+            }
             out.entry(topic.to_string())
                 .or_default()
                 .push(group.to_string());

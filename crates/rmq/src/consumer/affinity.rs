@@ -1,0 +1,126 @@
+//! Slot affinity: how parallel consumers on a Redis Cluster avoid the
+//! thundering herd without the marks.
+//!
+//! On one node, idle consumers wait on the topic's marks, which Redis hands
+//! to one waiter at a time (`marks.rs`). A cluster has no such wait: a
+//! blocking pop cannot span hash slots, so every consumer hears every
+//! notice, and each new message brought every idle consumer to its slot.
+//! Instead, the topic's parallel consumers announce themselves in a
+//! membership hash (heartbeats, as a serial group's members do), and each
+//! computes the same split of the slots among the live ones by rendezvous
+//! hashing (`group::assign`): a notice of a slot is acted on by its
+//! consumer only, the others ignore it.
+//!
+//! Nothing depends on the split being right or agreed: it only decides who
+//! *tries* first, and the scripts decide what is taken. Work is never
+//! stranded with a consumer that does not take it:
+//! - one that stops leaves the membership at once, and the others, at
+//!   their next heartbeat, split its slots among them and read the head
+//!   index again;
+//! - one that dies, or has no room, still holds its slots until its
+//!   heartbeat times out ([`MEMBER_TIMEOUT`]), but every other consumer's
+//!   rescan takes work in them that has been due for
+//!   [`STEAL_AFTER_MS`](super::schedule::STEAL_AFTER_MS) (`schedule.rs`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::Shared;
+use crate::group::{assign, Coordinator, Membership, RedisCoordinator};
+use crate::topic::Topic;
+
+/// A consumer whose heartbeat is this old is gone: its slots go to the
+/// others.
+pub(crate) const MEMBER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often a consumer beats (and learns who else is there): with the
+/// rescans, an idle consumer stays under 2 calls a second.
+const TICK: Duration = Duration::from_secs(3);
+
+/// Keeps this consumer in the topic's parallel membership until `cancel`
+/// fires, then leaves it; each time the live members change, gives the
+/// schedule this consumer's slots.
+pub(crate) async fn keep(
+    topic: Topic,
+    shared: Arc<Shared>,
+    me: Arc<str>,
+    cancel: CancellationToken,
+) {
+    let membership = RedisCoordinator::new(topic.clone()).join(
+        &topic.group_ref(crate::keys::PARALLEL_GROUP, MEMBER_TIMEOUT),
+        &me,
+    );
+    let mut members: Vec<String> = Vec::new();
+    // `mine[slot]`; empty: all of them (it hears everything until it
+    // knows who else is there).
+    let mut mine_now: Vec<bool> = Vec::new();
+    loop {
+        match membership.heartbeat(false).await {
+            Ok(mut live) => {
+                live.sort_unstable();
+                if live != members {
+                    members = live;
+                    let split = mine(members.clone(), topic.spec.slots, me.clone()).await;
+                    apply(&topic, &shared, &mine_now, &split, members.len());
+                    mine_now = split;
+                }
+            }
+            // Redis unreachable: the split stays as it was.
+            Err(e) => tracing::debug!(topic = %topic.name(), "affinity heartbeat failed: {e}"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(TICK) => {}
+            _ = cancel.cancelled() => break,
+        }
+    }
+    leave(&topic, membership.as_ref()).await;
+}
+
+/// Which of `slots` are `me`'s among `members` (`mine[slot]`; empty, for
+/// all of them, when it is not among them: it hears everything until it
+/// is). Off the async threads: 65,536 slots and a hundred members are
+/// millions of hashes.
+async fn mine(members: Vec<String>, slots: u32, me: Arc<str>) -> Vec<bool> {
+    let split = tokio::task::spawn_blocking(move || {
+        let mut mine = Vec::new();
+        if members.iter().any(|m| **m == *me) {
+            mine = vec![false; slots as usize];
+            for slot in assign(&members, slots, &me) {
+                if let Some(m) = mine.get_mut(slot as usize) {
+                    *m = true;
+                }
+            }
+        }
+        mine
+    });
+    split.await.unwrap_or_default()
+}
+
+/// Gives the schedule the consumer's slots, `mine` instead of `before`.
+/// When a slot became its own, every slot is looked at again through the
+/// index, since work in that slot was left to another consumer until now
+/// (a consumer that only lost slots, as when another joins, needs no
+/// read).
+fn apply(topic: &Topic, shared: &Shared, before: &[bool], mine: &[bool], members: usize) {
+    let has = |split: &[bool], slot: usize| split.is_empty() || split.get(slot) == Some(&true);
+    let gained = (0..topic.spec.slots as usize).any(|s| has(mine, s) && !has(before, s));
+    tracing::debug!(topic = %topic.name(), members, gained, "slot affinity changed");
+    let mut s = shared.lock();
+    s.set_affinity(mine);
+    if gained {
+        s.mark_all();
+    }
+    drop(s);
+    shared.notify.notify_one();
+}
+
+/// Leaves the membership, so that the others take this consumer's slots at
+/// their next heartbeat rather than after [`MEMBER_TIMEOUT`].
+async fn leave(topic: &Topic, membership: &dyn Membership) {
+    let left = tokio::time::timeout(Duration::from_secs(2), membership.heartbeat(true)).await;
+    if !matches!(left, Ok(Ok(_))) {
+        tracing::debug!(topic = %topic.name(), "leaving the affinity membership failed; it times out");
+    }
+}
