@@ -78,24 +78,35 @@ pub(crate) async fn keep(
     leave(&topic, membership.as_ref()).await;
 }
 
+/// What the split divides: slot `s` goes with bucket `s % buckets`, so a
+/// split costs O(buckets × members) hashes, not O(slots × members) (a
+/// fleet of 130 consumers of a 65,536-slot topic would hash 8.5 million
+/// times at each join). A consumer's share of buckets is its share of
+/// the slots.
+const BUCKETS: u32 = 4_096;
+
 /// Which of `slots` are `me`'s among `members` (`mine[slot]`; empty, for
 /// all of them, when it is not among them: it hears everything until it
-/// is). Off the async threads: 65,536 slots and a hundred members are
-/// millions of hashes.
+/// is). Off the async threads: up to a few million hashes.
 async fn mine(members: Vec<String>, slots: u32, me: Arc<str>) -> Vec<bool> {
-    let split = tokio::task::spawn_blocking(move || {
-        let mut mine = Vec::new();
-        if members.iter().any(|m| **m == *me) {
-            mine = vec![false; slots as usize];
-            for slot in assign(&members, slots, &me) {
-                if let Some(m) = mine.get_mut(slot as usize) {
-                    *m = true;
-                }
-            }
-        }
-        mine
-    });
+    let split = tokio::task::spawn_blocking(move || split(&members, slots, &me));
     split.await.unwrap_or_default()
+}
+
+fn split(members: &[String], slots: u32, me: &str) -> Vec<bool> {
+    if !members.iter().any(|m| m == me) {
+        return Vec::new();
+    }
+    let buckets = slots.clamp(1, BUCKETS);
+    let mut ours = vec![false; buckets as usize];
+    for bucket in assign(members, buckets, me) {
+        if let Some(b) = ours.get_mut(bucket as usize) {
+            *b = true;
+        }
+    }
+    (0..slots)
+        .map(|slot| ours.get((slot % buckets) as usize) == Some(&true))
+        .collect()
 }
 
 /// Gives the schedule the consumer's slots, `mine` instead of `before`.
@@ -122,5 +133,39 @@ async fn leave(topic: &Topic, membership: &dyn Membership) {
     let left = tokio::time::timeout(Duration::from_secs(2), membership.heartbeat(true)).await;
     if !matches!(left, Ok(Ok(_))) {
         tracing::debug!(topic = %topic.name(), "leaving the affinity membership failed; it times out");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn members(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("{i:016x}")).collect()
+    }
+
+    #[test]
+    fn every_slot_has_one_consumer_and_each_a_fair_share() {
+        for (slots, n) in [(1, 3), (16, 2), (1_024, 20), (65_536, 12)] {
+            let all = members(n);
+            let splits: Vec<Vec<bool>> = all.iter().map(|m| split(&all, slots, m)).collect();
+            for slot in 0..slots as usize {
+                let owners = splits.iter().filter(|s| s[slot]).count();
+                assert_eq!(owners, 1, "{slots} slots, {n} consumers: slot {slot}");
+            }
+            let fair = f64::from(slots) / n as f64;
+            for s in &splits {
+                let share = s.iter().filter(|&&m| m).count() as f64;
+                assert!(
+                    slots < 16 || (share > fair / 4.0 && share < fair * 3.0),
+                    "{slots} slots, {n} consumers: {share} against {fair}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_consumer_not_among_the_members_hears_every_slot() {
+        assert!(split(&members(3), 16, "someone else").is_empty());
     }
 }
