@@ -130,9 +130,8 @@ pub(crate) struct Redis {
     /// on a cluster one per hash tag), and consumers read it instead of
     /// looking at every slot.
     pub(crate) head_index: bool,
-    /// A cluster: which master serves each hash slot, as last asked (None:
-    /// not asked yet, or forgotten since it proved stale).
-    layout: std::sync::Arc<std::sync::Mutex<Option<std::sync::Arc<ClusterLayout>>>>,
+    /// A cluster: which master serves each hash slot, as last asked.
+    layout: std::sync::Arc<std::sync::Mutex<layout::KnownLayout>>,
 }
 
 /// How long a cluster call keeps trying through a failover by default:
