@@ -14,12 +14,13 @@
 //! Nothing depends on the split being right or agreed: it only decides who
 //! *tries* first, and the scripts decide what is taken. Work is never
 //! stranded with a consumer that does not take it:
-//! - one that stops leaves the membership at once, and the others, at
-//!   their next heartbeat, split its slots among them and read the head
-//!   index again;
-//! - one that dies, or has no room, still holds its slots until its
-//!   heartbeat times out ([`MEMBER_TIMEOUT`]), but every other consumer's
-//!   rescan takes work in them that has been due for
+//! - one that stops, or has waited [`LEAVE_WITHOUT_ROOM`] for room, leaves
+//!   the membership at once (it comes back when it has room), and the
+//!   others, at their next heartbeat, split its slots among them and read
+//!   the head index again;
+//! - one that dies still holds its slots until its heartbeat times out
+//!   ([`MEMBER_TIMEOUT`]), but every other consumer's rescan takes work
+//!   in any slot that has been due for
 //!   [`STEAL_AFTER_MS`](super::schedule::STEAL_AFTER_MS) (`schedule.rs`).
 
 use std::sync::Arc;
@@ -39,9 +40,15 @@ pub(crate) const MEMBER_TIMEOUT: Duration = Duration::from_secs(10);
 /// rescans, an idle consumer stays under 2 calls a second.
 const TICK: Duration = Duration::from_secs(3);
 
+/// How long a consumer waits for room before it leaves the membership.
+const LEAVE_WITHOUT_ROOM: Duration = Duration::from_secs(1);
+
 /// Keeps this consumer in the topic's parallel membership until `cancel`
 /// fires, then leaves it; each time the live members change, gives the
-/// schedule this consumer's slots.
+/// schedule this consumer's slots. A consumer that has waited
+/// [`LEAVE_WITHOUT_ROOM`] for room leaves, so that the others take its
+/// slots at their next heartbeat (not after the member timeout), and
+/// comes back once it has room.
 pub(crate) async fn keep(
     topic: Topic,
     shared: Arc<Shared>,
@@ -52,13 +59,29 @@ pub(crate) async fn keep(
         &topic.group_ref(crate::keys::PARALLEL_GROUP, MEMBER_TIMEOUT),
         &me,
     );
+    let mut waiting = shared.waiting_for_room.subscribe();
     let mut members: Vec<String> = Vec::new();
     // `mine[slot]`; empty: all of them (it hears everything until it
     // knows who else is there).
     let mut mine_now: Vec<bool> = Vec::new();
-    loop {
-        match membership.heartbeat(false).await {
-            Ok(mut live) => {
+    let mut joined = false;
+    let mut last_beat: Option<tokio::time::Instant> = None;
+    while !cancel.is_cancelled() {
+        let no_room = *waiting.borrow_and_update();
+        let beat_due = last_beat.is_none_or(|t| t.elapsed() >= TICK);
+        if no_room && joined {
+            leave(&topic, membership.as_ref(), "it has no room").await;
+            joined = false;
+            members.clear();
+            // Nothing is its own until it is back.
+            let none = vec![false; topic.spec.slots as usize];
+            apply(&topic, &shared, &mine_now, &none, 0);
+            mine_now = none;
+        } else if !no_room && (!joined || beat_due) {
+            last_beat = Some(tokio::time::Instant::now());
+            // None: Redis unreachable, the split stays as it was.
+            if let Some(mut live) = beat(&topic, membership.as_ref(), &cancel).await {
+                joined = true;
                 live.sort_unstable();
                 if live != members {
                     members = live;
@@ -67,15 +90,53 @@ pub(crate) async fn keep(
                     mine_now = split;
                 }
             }
-            // Redis unreachable: the split stays as it was.
-            Err(e) => tracing::debug!(topic = %topic.name(), "affinity heartbeat failed: {e}"),
         }
+        let next_beat = last_beat.map_or(TICK, |t| TICK.saturating_sub(t.elapsed()));
         tokio::select! {
-            _ = tokio::time::sleep(TICK) => {}
-            _ = cancel.cancelled() => break,
+            // (Also after a failed beat: it tries again.)
+            _ = tokio::time::sleep(next_beat), if !no_room => {}
+            changed = waiting.changed() => {
+                if changed.is_err() {
+                    break; // the consumer is gone
+                }
+                if *waiting.borrow() {
+                    // Out of room: leave only if it stays so a while.
+                    tokio::select! {
+                        _ = waiting.wait_for(|w| !*w) => {}
+                        _ = tokio::time::sleep(LEAVE_WITHOUT_ROOM) => {}
+                        _ = cancel.cancelled() => {}
+                    }
+                }
+            }
+            _ = cancel.cancelled() => {}
         }
     }
-    leave(&topic, membership.as_ref()).await;
+    if joined {
+        leave(&topic, membership.as_ref(), "it stops").await;
+    }
+}
+
+/// One heartbeat: the live members, or None when Redis did not answer
+/// within a beat (or the consumer stops meanwhile).
+async fn beat(
+    topic: &Topic,
+    membership: &dyn Membership,
+    cancel: &CancellationToken,
+) -> Option<Vec<String>> {
+    tokio::select! {
+        r = tokio::time::timeout(TICK, membership.heartbeat(false)) => match r {
+            Ok(Ok(live)) => Some(live),
+            Ok(Err(e)) => {
+                tracing::debug!(topic = %topic.name(), "affinity heartbeat failed: {e}");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(topic = %topic.name(), "affinity heartbeat timed out");
+                None
+            }
+        },
+        _ = cancel.cancelled() => None,
+    }
 }
 
 /// What the split divides: slot `s` goes with bucket `s % buckets`, so a
@@ -122,17 +183,24 @@ fn apply(topic: &Topic, shared: &Shared, before: &[bool], mine: &[bool], members
     s.set_affinity(mine);
     if gained {
         s.mark_all();
+        // A read of the index on its way now may be older than what
+        // this consumer ignored of those slots until now: the fetch loop
+        // looks again after it.
+        shared
+            .affinity_gains
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
     drop(s);
     shared.notify.notify_one();
 }
 
-/// Leaves the membership, so that the others take this consumer's slots at
-/// their next heartbeat rather than after [`MEMBER_TIMEOUT`].
-async fn leave(topic: &Topic, membership: &dyn Membership) {
-    let left = tokio::time::timeout(Duration::from_secs(2), membership.heartbeat(true)).await;
+/// Leaves the membership (`why`: for the log), so that the others take
+/// this consumer's slots at their next heartbeat rather than after
+/// [`MEMBER_TIMEOUT`].
+async fn leave(topic: &Topic, membership: &dyn Membership, why: &str) {
+    let left = tokio::time::timeout(TICK, membership.heartbeat(true)).await;
     if !matches!(left, Ok(Ok(_))) {
-        tracing::debug!(topic = %topic.name(), "leaving the affinity membership failed; it times out");
+        tracing::debug!(topic = %topic.name(), "leaving the affinity membership as {why} failed; it times out");
     }
 }
 

@@ -9,6 +9,7 @@
 //! with every pop. A topic with an in-flight cap or a rate limit trims each
 //! round to the permits and tokens Redis grants (`inflight.rs`, `rate.rs`).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -238,7 +239,12 @@ impl Fetcher {
         if self.topic.redis().head_index {
             let sweep = self.sweep(allowed);
             let reach = owned.map_or(Reach::Every, Reach::Slots);
-            match heads::look(&self.topic, &self.shared, reach, &sweep, since).await {
+            let gains = self.shared.affinity_gains.load(Ordering::Acquire);
+            let looked = heads::look(&self.topic, &self.shared, reach, &sweep, since).await;
+            if self.shared.affinity_gains.load(Ordering::Acquire) != gains {
+                self.shared.lock().mark_all(); // slots became its own meanwhile
+            }
+            match looked {
                 Looked::Done => return true,
                 Looked::Failed => return false,
                 Looked::Incomplete => {}
@@ -391,6 +397,10 @@ impl Fetcher {
     async fn wait_for_room(&self) -> Option<Held> {
         self.take_no_marks();
         let since = self.shared.lock().server_now();
+        let _waiting = self
+            .shared
+            .affinity
+            .then(|| WaitingForRoom::new(&self.shared));
         loop {
             let hand_back_in = self
                 .shared
@@ -663,7 +673,7 @@ impl Fetcher {
             tracing::error!(topic, slot, "taking messages failed: {e}");
             let mut s = self.shared.lock();
             let now = s.server_now();
-            if self.shared.marks {
+            if self.shared.marks || !s.hears(slot) {
                 s.retry_later(slot, now + 1_000);
             } else {
                 s.after_pop(slot, since, None, None, Some(now + 1_000), now);
@@ -713,5 +723,22 @@ impl Fetcher {
                 let _ = d.release().await;
             }
         }
+    }
+}
+
+/// Says, while it lives, that the fetch loop waits for room (for slot
+/// affinity: a consumer that waits long leaves the split).
+struct WaitingForRoom<'a>(&'a Shared);
+
+impl<'a> WaitingForRoom<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        shared.waiting_for_room.send_replace(true);
+        WaitingForRoom(shared)
+    }
+}
+
+impl Drop for WaitingForRoom<'_> {
+    fn drop(&mut self) {
+        self.0.waiting_for_room.send_replace(false);
     }
 }

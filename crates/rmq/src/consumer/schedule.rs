@@ -208,6 +208,21 @@ impl Schedule {
         self.slots.get(slot as usize).is_some_and(|h| !h.foreign)
     }
 
+    /// Notes a notice of another consumer's slot by affinity, which is not
+    /// this one's to act on: a priority topic's new pending head is there
+    /// since now (see `SlotHint::foreign_seen`).
+    pub(crate) fn foreign_noticed(&mut self, slot: u32, score: i64) {
+        if self.kind != TopicKind::Priority {
+            return;
+        }
+        let now = self.server_now();
+        if let Some(h) = self.slots.get_mut(slot as usize) {
+            if h.foreign_seen.is_none_or(|(v, _)| v != -score) {
+                h.foreign_seen = Some((-score, now));
+            }
+        }
+    }
+
     /// Sets which slots are this consumer's by affinity (`mine[slot]`;
     /// all of them when empty). Of a foreign slot it keeps only work that
     /// is overdue, as a read of the index would (a slot not looked at yet
@@ -753,6 +768,17 @@ mod tests {
         // The same head, a while later: its owner does not take it.
         s.observe_server_time(later + STEAL_AFTER_MS);
         s.apply_index(&[(1, head - 1)], false, s.generation());
+        assert_eq!(s.ready(2, None), vec![1]);
+        // A notice of a new head starts its clock: the first read a while
+        // after it takes it over.
+        let mut s = Schedule::new(TopicKind::Priority, 2);
+        s.set_affinity(&[true, false]);
+        s.apply_index(&[], false, s.generation());
+        s.foreign_noticed(1, 7 << 32);
+        assert!(s.ready(2, None).is_empty(), "not heard: its owner's");
+        let now = s.server_now();
+        s.observe_server_time(now + STEAL_AFTER_MS);
+        s.apply_index(&[(1, -(7 << 32))], false, s.generation());
         assert_eq!(s.ready(2, None), vec![1]);
     }
 

@@ -28,6 +28,12 @@ pub(crate) struct Shared {
     /// Whether it splits the slots with the topic's other parallel
     /// consumers (`affinity.rs`).
     pub(crate) affinity: bool,
+    /// With affinity: whether the fetch loop waits for room now (a
+    /// consumer that waits long leaves the split).
+    pub(crate) waiting_for_room: tokio::sync::watch::Sender<bool>,
+    /// With affinity: how many times slots became this consumer's, so that
+    /// a look on its way meanwhile is followed by another.
+    pub(crate) affinity_gains: std::sync::atomic::AtomicU64,
     /// How many marks the fetch loop would take: the room it gathered last
     /// (at most one round's slots), 0 while it waits for room. The marks
     /// waiter asks Redis only while this is set. Set and read under the
@@ -55,6 +61,8 @@ impl Shared {
             ownership: member.map(|m| Arc::new(Mutex::new(Ownership::new(m)))),
             marks,
             affinity,
+            waiting_for_room: tokio::sync::watch::Sender::new(false),
+            affinity_gains: std::sync::atomic::AtomicU64::new(0),
             want_marks: tokio::sync::watch::Sender::new(0),
             stopped: Mutex::new(None),
         }

@@ -47,12 +47,13 @@ fn deliver(topic: &str, shared: &Shared, payload: &[u8]) {
     crate::observe::woken(topic);
     match parse(payload) {
         // Another consumer's slot by affinity (`affinity.rs`): its own
-        // consumer takes the work.
-        Some(Notice::Head { slot, .. } | Notice::RetryAt { slot, .. })
-            if !shared.lock().hears(slot) =>
-        {
-            return
+        // consumer takes the work (this one only notes since when it is
+        // there, to take it over if it stays).
+        Some(Notice::Head { slot, score }) if !shared.lock().hears(slot) => {
+            shared.lock().foreign_noticed(slot, score);
+            return;
         }
+        Some(Notice::RetryAt { slot, .. }) if !shared.lock().hears(slot) => return,
         Some(Notice::Head { slot, score }) => shared.lock().notify(slot, score),
         Some(Notice::RetryAt { slot, ms }) => shared.lock().wake_at(slot, ms),
         Some(Notice::Room) => {
