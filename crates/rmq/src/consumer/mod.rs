@@ -235,14 +235,14 @@ impl ConsumerBuilder {
             shared.clone(),
             stop.clone(),
         ));
-        if affinity {
+        let affinity = affinity.then(|| {
             tokio::spawn(affinity::keep(
                 self.topic.clone(),
                 shared.clone(),
                 member.clone(),
                 stop.clone(),
-            ));
-        }
+            ))
+        });
         if marks {
             tokio::spawn(marks::wait(
                 self.topic.clone(),
@@ -301,6 +301,7 @@ impl ConsumerBuilder {
             stop: stop.clone(),
             _stop: stop.drop_guard(),
             keeper,
+            affinity,
             shared,
         }
     }
@@ -313,6 +314,8 @@ pub struct Deliveries {
     stop: CancellationToken,
     _stop: tokio_util::sync::DropGuard,
     keeper: Option<(CancellationToken, Option<tokio::task::JoinHandle<()>>)>,
+    /// Slot affinity's membership task: it leaves as the stream stops.
+    affinity: Option<tokio::task::JoinHandle<()>>,
     shared: Arc<Shared>,
 }
 
@@ -332,6 +335,12 @@ impl Deliveries {
         self.rx.close();
         while let Ok(d) = self.rx.try_recv() {
             let _ = d.release().await;
+        }
+        // Out of the split before this returns (a leave is one call, with
+        // a time limit), so that the others take its slots at once and a
+        // topic deleted meanwhile keeps no membership.
+        if let Some(handle) = self.affinity.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), handle).await;
         }
         if let Some((stop, handle)) = self.keeper.take() {
             stop.cancel();
