@@ -54,6 +54,11 @@ pub use runner::{Outcome, RunReport};
 use crate::group::{keep_leases, validate_group, Coordinator, RedisCoordinator, SerialConfig};
 use crate::topic::Topic;
 
+/// How long closing a stream waits at most for the settles and permit
+/// frees still on their way (Redis unreachable: they are lost, and the
+/// permits run out at their deadline).
+const CLOSE_SETTLES_LIMIT: Duration = Duration::from_secs(5);
+
 /// Configures a consumer; get one from [`Topic::consumer`].
 #[derive(Debug, Clone)]
 pub struct ConsumerBuilder {
@@ -230,6 +235,7 @@ impl ConsumerBuilder {
             inflight::Permits::new(&self.topic),
             chain,
         );
+        let settles = settler.load();
         tokio::spawn(wake::listen(
             self.topic.clone(),
             shared.clone(),
@@ -303,6 +309,7 @@ impl ConsumerBuilder {
             keeper,
             affinity,
             shared,
+            settles,
         }
     }
 }
@@ -317,6 +324,8 @@ pub struct Deliveries {
     /// Slot affinity's membership task: it leaves as the stream stops.
     affinity: Option<tokio::task::JoinHandle<()>>,
     shared: Arc<Shared>,
+    /// The settling task's work in hand, waited for on close.
+    settles: Arc<settler::Load>,
 }
 
 impl Deliveries {
@@ -336,6 +345,11 @@ impl Deliveries {
         while let Ok(d) = self.rx.try_recv() {
             let _ = d.release().await;
         }
+        // The last deliveries' settles and permit frees may still be on
+        // their way to Redis (a dropped delivery's free is sent, not
+        // awaited): done before this returns, and before a serial member
+        // gives its slots up.
+        self.settles.drained(CLOSE_SETTLES_LIMIT).await;
         // Out of the split before this returns (a leave is one call, with
         // a time limit), so that the others take its slots at once and a
         // topic deleted meanwhile keeps no membership.

@@ -133,6 +133,17 @@ impl Load {
     fn alone(&self) -> bool {
         self.live.load(Ordering::Acquire) == 0 && self.queued.load(Ordering::Acquire) == 0
     }
+
+    /// Waits, up to `limit`, until every job sent to the settling task so
+    /// far is done: a consumer that stops returns once the settles and
+    /// permit frees of its last deliveries are recorded, not while they
+    /// are still on their way.
+    pub(crate) async fn drained(&self, limit: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.queued.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
 }
 
 /// A delivery not yet ended, counted in its settler's [`Load`] until it
@@ -199,6 +210,11 @@ impl Settler {
             chain: self.chain.clone(),
             load: self.load.clone(),
         }
+    }
+
+    /// What this settler has in hand (see [`Load::drained`]).
+    pub(crate) fn load(&self) -> Arc<Load> {
+        self.load.clone()
     }
 
     /// Counts a new delivery in this settler's load until the guard drops.
