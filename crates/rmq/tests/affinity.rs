@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use futures::StreamExt;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::debugging::DebuggingRecorder;
 use rmq::{CancellationToken, Message, TopicKind, TopicSpec};
 
 fn on_a_cluster() -> bool {
@@ -28,25 +28,6 @@ fn on_a_cluster() -> bool {
 /// (`consumer/affinity.rs`).
 const MEMBER_TIMEOUT: Duration = Duration::from_secs(10);
 const TICK: Duration = Duration::from_secs(3);
-
-/// Pop calls on topic `topic` since the last reading.
-fn pops_since_last(snap: &Snapshotter, topic: &str) -> u64 {
-    snap.snapshot()
-        .into_vec()
-        .into_iter()
-        .filter(|(key, ..)| {
-            key.key().name() == "rmq_pops_total"
-                && key
-                    .key()
-                    .labels()
-                    .any(|l| l.key() == "topic" && l.value() == topic)
-        })
-        .map(|(.., value)| match value {
-            DebugValue::Counter(n) => n,
-            _ => 0,
-        })
-        .sum()
-}
 
 /// Who got what, and when: payload -> (consumer, when it was handled).
 type Seen = Arc<Mutex<HashMap<String, Vec<(usize, Instant)>>>>;
@@ -188,18 +169,18 @@ fn delays(seen: &Seen, from: Instant) -> Vec<Duration> {
     d
 }
 
-#[test]
-fn a_consumer_that_dies_hands_its_slots_to_the_others_within_the_member_timeout() {
-    if !on_a_cluster() {
-        return;
-    }
+/// A (consumer 0) is killed once the split has settled, without leaving
+/// it; B (consumer 1) rescans every `b_rescan`. 64 messages due now are
+/// sent right after: how long each waited for B, sorted (each delivered
+/// once), waiting `within` at most.
+fn after_a_dies(b_rescan: Duration, within: Duration) -> Vec<Duration> {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (server, _c, topic) = rt.block_on(setup(TopicKind::FixedTime, 16));
     let seen: Seen = Arc::default();
-    let never = Duration::from_secs(600); // no rescan: the membership hands over
-                                          // A runs on a runtime of its own, dropped without a stop: its tasks and
-                                          // connections go at once, as when its process is killed, and it never
-                                          // leaves the membership.
+    let never = Duration::from_secs(600);
+    // A runs on a runtime of its own, dropped without a stop: its tasks
+    // and connections go at once, as when its process is killed, and it
+    // never leaves the membership.
     let doomed = tokio::runtime::Runtime::new().unwrap();
     doomed.block_on(spawn_consumer(
         &server,
@@ -212,20 +193,37 @@ fn a_consumer_that_dies_hands_its_slots_to_the_others_within_the_member_timeout(
     ));
     let stop = CancellationToken::new();
     rt.block_on(async {
-        spawn_consumer(&server, "t", 1, never, false, seen.clone(), stop.clone()).await;
+        spawn_consumer(&server, "t", 1, b_rescan, false, seen.clone(), stop.clone()).await;
         until_the_split_settles().await;
     });
     doomed.shutdown_background();
     let n = 64;
     let sent = rt.block_on(async {
         let sent = send_due_now(&topic, n).await;
-        wait_for(&seen, n, MEMBER_TIMEOUT + TICK + Duration::from_secs(6)).await;
+        wait_for(&seen, n, within).await;
         sent
     });
     let delays = delays(&seen, sent);
     assert_eq!(delays.len(), n, "every message delivered: {delays:?}");
-    let (at_once, later): (Vec<Duration>, Vec<Duration>) =
-        delays.iter().partition(|&&d| d < Duration::from_secs(1));
+    assert!(seen.lock().unwrap().values().all(|who| who.len() == 1));
+    stop.cancel();
+    delays
+}
+
+/// Those of `delays` under a second (B's own slots') and the others.
+fn at_once_and_later(delays: &[Duration]) -> (Vec<Duration>, Vec<Duration>) {
+    delays.iter().partition(|&&d| d < Duration::from_secs(1))
+}
+
+#[test]
+fn a_consumer_that_dies_hands_its_slots_to_the_others_within_the_member_timeout() {
+    if !on_a_cluster() {
+        return;
+    }
+    // No rescan: the membership hands over.
+    let never = Duration::from_secs(600);
+    let delays = after_a_dies(never, MEMBER_TIMEOUT + TICK + Duration::from_secs(6));
+    let (at_once, later) = at_once_and_later(&delays);
     // B took its own slots' messages at once, and A's only once A was
     // gone from the membership: it did not hear their notices.
     assert!(!at_once.is_empty(), "B's own: {delays:?}");
@@ -238,8 +236,23 @@ fn a_consumer_that_dies_hands_its_slots_to_the_others_within_the_member_timeout(
         last <= MEMBER_TIMEOUT + TICK + Duration::from_secs(4),
         "the last message waited {last:?}: more than the member timeout and a heartbeat"
     );
-    assert!(seen.lock().unwrap().values().all(|who| who.len() == 1));
-    stop.cancel();
+}
+
+#[test]
+fn a_dead_consumers_overdue_work_is_taken_at_anothers_rescan_before_its_member_timeout() {
+    if !on_a_cluster() {
+        return;
+    }
+    // A rescan a second: work due a second ago in A's slots is B's to take.
+    let rescan = Duration::from_secs(1);
+    let delays = after_a_dies(rescan, Duration::from_secs(8));
+    let (_, later) = at_once_and_later(&delays);
+    assert!(!later.is_empty(), "A's slots waited a while: {delays:?}");
+    let last = delays.last().copied().unwrap_or_default();
+    assert!(
+        last <= Duration::from_secs(5),
+        "the last message waited {last:?}: a rescan and a second, not the member timeout"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -330,40 +343,4 @@ async fn a_consumer_without_room_leaves_the_split_and_the_others_take_its_slots(
             "{kind:?}: the last message waited {last:?}"
         );
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn work_left_due_in_a_busy_consumers_slots_is_taken_by_anothers_rescan() {
-    if !on_a_cluster() {
-        return;
-    }
-    let (server, _c, topic) = setup(TopicKind::FixedTime, 16).await;
-    let seen: Seen = Arc::default();
-    let stop = CancellationToken::new();
-    // A holds its first delivery and then has no room; B rescans every
-    // second.
-    let never = Duration::from_secs(600);
-    let rescan = Duration::from_secs(1);
-    spawn_consumer(&server, "t", 0, never, true, seen.clone(), stop.clone()).await;
-    spawn_consumer(&server, "t", 1, rescan, false, seen.clone(), stop.clone()).await;
-    until_the_split_settles().await;
-    let n = 64;
-    let sent = send_due_now(&topic, n).await;
-    wait_for(&seen, n, Duration::from_secs(8)).await;
-    let delays = delays(&seen, sent);
-    assert_eq!(delays.len(), n, "every message delivered: {delays:?}");
-    let by_a = seen
-        .lock()
-        .unwrap()
-        .values()
-        .filter(|who| who[0].0 == 0)
-        .count();
-    assert_eq!(by_a, 1, "A took one and held it");
-    // Taken over once due for a second, at a rescan a second apart.
-    let last = delays.last().copied().unwrap_or_default();
-    assert!(
-        last <= Duration::from_secs(4),
-        "the last message waited {last:?}"
-    );
-    stop.cancel();
 }

@@ -15,32 +15,11 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use futures::StreamExt;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::debugging::DebuggingRecorder;
 use rmq::{CancellationToken, Message, Topic, TopicKind, TopicSpec};
 
 fn single_node() -> bool {
     std::env::var("RMQ_TEST_CLUSTER").map_or(true, |v| v != "1")
-}
-
-/// Pop calls on topic `topic` since the last reading (the snapshot resets
-/// the counters; other tests of this binary run meanwhile, on other
-/// topics).
-fn pops_since_last(snap: &Snapshotter, topic: &str) -> u64 {
-    snap.snapshot()
-        .into_vec()
-        .into_iter()
-        .filter(|(key, ..)| {
-            key.key().name() == "rmq_pops_total"
-                && key
-                    .key()
-                    .labels()
-                    .any(|l| l.key() == "topic" && l.value() == topic)
-        })
-        .map(|(.., value)| match value {
-            DebugValue::Counter(n) => n,
-            _ => 0,
-        })
-        .sum()
 }
 
 /// Who got what: payload -> the consumers that got it.

@@ -262,3 +262,25 @@ pub async fn command_calls_on(url: &str, commands: &[&str]) -> u64 {
         })
         .sum()
 }
+
+/// Pop calls on topic `topic` since the last reading of `snap` (the
+/// library's `rmq_pops_total`; a reading resets the counters, and other
+/// tests of the binary run meanwhile, on other topics).
+pub fn pops_since_last(snap: &metrics_util::debugging::Snapshotter, topic: &str) -> u64 {
+    use metrics_util::debugging::DebugValue;
+    snap.snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| {
+            key.key().name() == "rmq_pops_total"
+                && key
+                    .key()
+                    .labels()
+                    .any(|l| l.key() == "topic" && l.value() == topic)
+        })
+        .map(|(.., value)| match value {
+            DebugValue::Counter(n) => n,
+            _ => 0,
+        })
+        .sum()
+}
