@@ -45,22 +45,29 @@ async fn pause(backoff: &mut Duration, cancel: &CancellationToken) -> bool {
 /// Turns one notice into a hint and wakes the fetcher.
 fn deliver(topic: &str, shared: &Shared, payload: &[u8]) {
     crate::observe::woken(topic);
-    match parse(payload) {
-        // Another consumer's slot by affinity (`affinity.rs`): its own
-        // consumer takes the work (this one only notes since when it is
-        // there, to take it over if it stays).
-        Some(Notice::Head { slot, score }) if !shared.lock().hears(slot) => {
-            shared.lock().foreign_noticed(slot, score);
-            return;
-        }
-        Some(Notice::RetryAt { slot, .. }) if !shared.lock().hears(slot) => return,
-        Some(Notice::Head { slot, score }) => shared.lock().notify(slot, score),
-        Some(Notice::RetryAt { slot, ms }) => shared.lock().wake_at(slot, ms),
+    let notice = match parse(payload) {
         Some(Notice::Room) => {
             shared.room.notify_one();
             return;
         }
+        Some(n) => n,
         None => return,
+    };
+    {
+        let mut s = shared.lock();
+        match notice {
+            // Another consumer's slot by affinity (`affinity.rs`): its own
+            // consumer takes the work (this one only notes since when it is
+            // there, to take it over if it stays).
+            Notice::Head { slot, score } if !s.hears(slot) => {
+                s.foreign_noticed(slot, score);
+                return;
+            }
+            Notice::RetryAt { slot, .. } if !s.hears(slot) => return,
+            Notice::Head { slot, score } => s.notify(slot, score),
+            Notice::RetryAt { slot, ms } => s.wake_at(slot, ms),
+            Notice::Room => {}
+        }
     }
     shared.notify.notify_one();
 }
