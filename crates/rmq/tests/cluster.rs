@@ -406,6 +406,56 @@ async fn a_burst_of_calls_after_a_resharding_never_leaves_the_client_stuck() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_runs_each_call_once_through_a_moved_slot_and_broken_connections() {
+    // rmq sends each master its calls as one pipeline. A call answered
+    // MOVED did not run and goes again alone: a retry of the whole
+    // pipeline (what the cluster client does) would run the calls beside
+    // it twice. A broken connection fails a whole pipeline: its calls go
+    // again on a new one, and the request keys make sure none runs twice.
+    let cluster = RedisCluster::builder().replicas(0).start();
+    let client = connect(&cluster).await;
+    let topic = client
+        .define_topic(TopicSpec::new("t", TopicKind::Priority).slots(8))
+        .await
+        .unwrap();
+    let bases: Vec<String> = (0..8).map(|s| slot_basis_for(&topic, s)).collect();
+    let batch = |round: u32| -> Vec<Message> {
+        (0..80u32)
+            .map(|i| {
+                Message::new(format!("r{round}-m{i}")).slot_basis(bases[(i % 8) as usize].as_str())
+            })
+            .collect()
+    };
+    // The client learns the layout, then slot 0's hash slot moves behind
+    // its back.
+    assert_eq!(topic.send_batch(&batch(0)).await.unwrap().new_count(), 80);
+    move_to_another_master(&cluster, &topic, 0, 0);
+    let before = script_calls(&cluster).await;
+    let report = topic.send_batch(&batch(1)).await.unwrap();
+    assert_eq!(report.new_count(), 80);
+    assert_eq!(
+        script_calls(&cluster).await - before,
+        8,
+        "one call per topic slot: the redirected one ran once, the others were not run again"
+    );
+    // Every connection of every master is cut.
+    for m in cluster.master_indices() {
+        cluster.cli(m, &["CLIENT", "KILL", "TYPE", "normal"]);
+    }
+    let before = script_calls(&cluster).await;
+    let report = topic.send_batch(&batch(2)).await.unwrap();
+    assert_eq!(report.new_count(), 80);
+    let calls = script_calls(&cluster).await - before;
+    assert!((8..=16).contains(&calls), "{calls} calls for 8 slots");
+    let st = topic.stats().await.unwrap().total;
+    assert_eq!(
+        (st.pending, st.sent),
+        (240, 240),
+        "each message once: {st:?}"
+    );
+}
+
 /// Script calls served by every node so far.
 async fn script_calls(cluster: &RedisCluster) -> u64 {
     let mut total = 0;

@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::value::as_int;
 
 /// Hash slots in a Redis Cluster.
-const HASH_SLOTS: usize = 16_384;
+pub(crate) const HASH_SLOTS: usize = 16_384;
 
 /// The master serving each hash slot, by an index of this layout's own
 /// (two hash slots with the same index are on the same master).
@@ -36,33 +36,18 @@ impl ClusterLayout {
     /// end, [host, port, id, ...], replicas...]`. Masters are told apart
     /// by id, or by host and port where the id is missing.
     pub(crate) fn of_reply(reply: &Value) -> Option<ClusterLayout> {
-        let Value::Array(entries) = reply else {
-            return None;
-        };
         let mut master_of = vec![None; HASH_SLOTS];
         let mut masters: Vec<Vec<u8>> = Vec::new();
-        for entry in entries {
-            let Value::Array(f) = entry else {
-                return None;
-            };
-            let (start, end) = (f.first().and_then(as_int)?, f.get(1).and_then(as_int)?);
-            let Some(Value::Array(node)) = f.get(2) else {
-                return None;
-            };
-            let name = node_name(node)?;
-            let index = match masters.iter().position(|m| *m == name) {
+        for range in SlotRange::all_of_reply(reply)? {
+            let index = match masters.iter().position(|m| *m == range.name) {
                 Some(i) => i,
                 None => {
-                    masters.push(name);
+                    masters.push(range.name);
                     masters.len() - 1
                 }
             };
             let index = u16::try_from(index).ok()?;
-            let (start, end) = (usize::try_from(start).ok()?, usize::try_from(end).ok()?);
-            if start > end || end >= HASH_SLOTS {
-                return None;
-            }
-            for hs in &mut master_of[start..=end] {
+            for hs in &mut master_of[usize::from(range.start)..=usize::from(range.end)] {
                 *hs = Some(index);
             }
         }
@@ -70,20 +55,68 @@ impl ClusterLayout {
     }
 }
 
-/// A node's id, or `host:port` when the reply has no id.
-fn node_name(node: &[Value]) -> Option<Vec<u8>> {
-    let bytes = |v: &Value| match v {
+/// One entry of a `CLUSTER SLOTS` reply: a range of hash slots and the
+/// master that serves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SlotRange {
+    pub(crate) start: u16,
+    pub(crate) end: u16,
+    /// The master's host as the cluster announces it; empty when it
+    /// announces none (then it is the host of the node that answered).
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    /// The master's id, or `host:port` when the reply has none.
+    pub(crate) name: Vec<u8>,
+}
+
+impl SlotRange {
+    /// Every range of a `CLUSTER SLOTS` reply, or None if it is not one.
+    pub(crate) fn all_of_reply(reply: &Value) -> Option<Vec<SlotRange>> {
+        let Value::Array(entries) = reply else {
+            return None;
+        };
+        entries.iter().map(SlotRange::of_entry).collect()
+    }
+
+    fn of_entry(entry: &Value) -> Option<SlotRange> {
+        let Value::Array(f) = entry else {
+            return None;
+        };
+        let (start, end) = (f.first().and_then(as_int)?, f.get(1).and_then(as_int)?);
+        let Some(Value::Array(node)) = f.get(2) else {
+            return None;
+        };
+        let (start, end) = (u16::try_from(start).ok()?, u16::try_from(end).ok()?);
+        if start > end || usize::from(end) >= HASH_SLOTS {
+            return None;
+        }
+        let host = node.first().and_then(bytes)?;
+        let port = u16::try_from(as_int(node.get(1)?)?).ok()?;
+        let name = match node.get(2).and_then(bytes) {
+            Some(id) => id,
+            None => {
+                let mut name = host.clone();
+                name.push(b':');
+                name.extend_from_slice(port.to_string().as_bytes());
+                name
+            }
+        };
+        Some(SlotRange {
+            start,
+            end,
+            host: String::from_utf8(host).ok()?,
+            port,
+            name,
+        })
+    }
+}
+
+fn bytes(v: &Value) -> Option<Vec<u8>> {
+    match v {
         Value::BulkString(b) => Some(b.clone()),
         Value::SimpleString(s) => Some(s.clone().into_bytes()),
         _ => None,
-    };
-    if let Some(id) = node.get(2).and_then(bytes) {
-        return Some(id);
     }
-    let mut name = node.first().and_then(bytes)?;
-    name.push(b':');
-    name.extend_from_slice(as_int(node.get(1)?)?.to_string().as_bytes());
-    Some(name)
 }
 
 /// A connection's cluster layout, as last asked.

@@ -3,14 +3,11 @@
 //! [`Conn`] hides which of the two it is from every caller: both are
 //! auto-reconnecting, multiplexed connections (commands of all tasks share
 //! the sockets). A single node gets a batch of script calls as one
-//! pipeline. A cluster gets each call as its own command, all of them
-//! concurrently: the cluster connection routes each by its first key (all
-//! keys of a call share one hash tag), commands bound for one node leave on
-//! its one socket back to back, and the nodes work in parallel. One command
-//! per call matters on a cluster: the client retries a whole pipeline when
-//! any of its replies is a redirect (MOVED, ASK, TRYAGAIN), which would run
-//! the calls that had succeeded a second time, while a redirected single
-//! command has not run at all.
+//! pipeline. On a cluster rmq routes script calls itself (`routing.rs`):
+//! each master gets its calls as one pipeline, all masters at once, and a
+//! redirected call goes again alone (the cluster client would retry a
+//! whole pipeline, running the calls that had succeeded a second time);
+//! the cluster client serves the rest (reads, script loading, pub/sub).
 
 use redis::aio::ConnectionManager;
 use redis::cluster::ClusterClient;
@@ -21,12 +18,13 @@ mod cluster;
 mod layout;
 mod load;
 mod revive;
+mod routing;
 mod subscribers;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::ScriptId;
 pub(crate) use cluster::retry_through_failover;
-use cluster::{cluster_each, with_request_key};
+use cluster::with_request_key;
 pub(crate) use layout::ClusterLayout;
 
 /// A connection to a single node or to a cluster.
@@ -132,6 +130,12 @@ pub(crate) struct Redis {
     pub(crate) head_index: bool,
     /// A cluster: which master serves each hash slot, as last asked.
     layout: std::sync::Arc<std::sync::Mutex<layout::KnownLayout>>,
+    /// A cluster: script calls, routed by rmq (`routing.rs`), made on
+    /// first use.
+    routing: std::sync::Arc<std::sync::OnceLock<routing::Routing>>,
+    /// A cluster: durable sends' script calls, on connections of their
+    /// own (`WAIT` holds up its connection), made on first use.
+    wait_routing: std::sync::Arc<std::sync::OnceLock<routing::Routing>>,
 }
 
 /// How long a cluster call keeps trying through a failover by default:
@@ -192,6 +196,8 @@ impl Redis {
             failover_window: DEFAULT_FAILOVER_WINDOW,
             head_index: false,
             layout: Default::default(),
+            routing: Default::default(),
+            wait_routing: Default::default(),
         }
     }
 
@@ -238,32 +244,20 @@ impl Redis {
         }
     }
 
-    /// The connection for writes followed by WAIT.
-    async fn wait_conn(&self) -> Result<Conn> {
+    /// A single node's connection for writes followed by WAIT.
+    async fn wait_conn(&self, client: &redis::Client) -> Result<Conn> {
         let timeout = self.response_timeout + MAX_WAIT;
         let conn = self
             .wait_conn
             .get_or_try_init(|| async {
-                Ok::<_, Error>(match &self.target {
-                    Target::Single(client) => {
-                        let config = redis::aio::ConnectionManagerConfig::new()
-                            .set_response_timeout(Some(timeout))
-                            .set_connection_timeout(Some(std::time::Duration::from_secs(5)))
-                            .set_number_of_retries(2)
-                            .set_max_delay(std::time::Duration::from_secs(2));
-                        Conn::Single(
-                            ConnectionManager::new_with_config(client.clone(), config).await?,
-                        )
-                    }
-                    Target::Cluster(seeds) => Conn::Cluster(
-                        seeds
-                            .builder()
-                            .response_timeout(timeout)
-                            .build()?
-                            .get_async_connection()
-                            .await?,
-                    ),
-                })
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(timeout))
+                    .set_connection_timeout(Some(std::time::Duration::from_secs(5)))
+                    .set_number_of_retries(2)
+                    .set_max_delay(std::time::Duration::from_secs(2));
+                Ok::<_, Error>(Conn::Single(
+                    ConnectionManager::new_with_config(client.clone(), config).await?,
+                ))
             })
             .await?;
         Ok(conn.clone())
@@ -309,17 +303,19 @@ impl Redis {
             (0..calls.len()).map(|_| None).collect();
         let mut pending: Vec<usize> = (0..calls.len()).collect();
         for round in 0..2 {
-            let conn = match wait {
-                Some(_) => self.wait_conn().await?,
-                None => self.conn(),
-            };
             let started = std::time::Instant::now();
-            let results = match &conn {
-                Conn::Single(_) => single_pipeline(conn, &calls, &pending, wait).await?,
-                // A durable send keeps its own connection.
-                Conn::Cluster(_) => {
-                    let own = wait.is_some().then_some(&conn);
-                    cluster_each(self, own, &calls, &pending, wait, self.failover_window).await
+            let results = match &self.target {
+                Target::Cluster(seeds) => {
+                    self.routing(seeds, wait.is_some())
+                        .run(&calls, &pending, wait, self.failover_window)
+                        .await
+                }
+                Target::Single(client) => {
+                    let conn = match wait {
+                        Some(_) => self.wait_conn(client).await?,
+                        None => self.conn(),
+                    };
+                    single_pipeline(conn, &calls, &pending, wait).await?
                 }
             };
             round_trip_timed(calls[pending[0]].0, started.elapsed());
@@ -351,6 +347,16 @@ impl Redis {
                 })
             })
             .collect())
+    }
+
+    /// A cluster's routing of script calls (a durable send's own when
+    /// `waiting`).
+    fn routing(&self, seeds: &ClusterSeeds, waiting: bool) -> &routing::Routing {
+        let (cell, timeout) = match waiting {
+            false => (&self.routing, self.response_timeout),
+            true => (&self.wait_routing, self.response_timeout + MAX_WAIT),
+        };
+        cell.get_or_init(|| routing::Routing::new(seeds.clone(), timeout))
     }
 
     /// The calls as this connection sends them: as FCALLs in locked-down

@@ -11,8 +11,10 @@
 //! one replaces it for every user of this [`Redis`]. A call retried after a
 //! time-out first waits for the check, so that its next try goes out on
 //! the new connection. The old client is dropped once the calls in flight
-//! on it end (redis-rs stops its task with its last handle). A durable
-//! send's own connection and a consumer's pub/sub client are not watched.
+//! on it end (redis-rs stops its task with its last handle). A consumer's
+//! pub/sub client is not watched, and script calls do not use this
+//! connection at all: rmq routes them itself (`routing.rs`), so this
+//! watches reads and script loading.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;

@@ -1,0 +1,652 @@
+//! Script calls on a Redis Cluster, routed by rmq itself: each master gets
+//! the calls for its hash slots as **one pipeline** on one connection of
+//! rmq's own, all masters at once.
+//!
+//! Why not the cluster client's: it sends each command through its own
+//! routing task (a hand-off and a response channel more per call, and the
+//! bulk of the client's CPU in a large fleet), and it retries a *whole*
+//! pipeline when one reply is a redirect, which would run the calls that
+//! had succeeded a second time. Here every reply is judged alone:
+//!
+//! - a redirect (`MOVED`, `ASK`) or a refusal (`TRYAGAIN`, `CLUSTERDOWN`,
+//!   `MASTERDOWN`, `LOADING`, `READONLY`) means that call did not run: it
+//!   alone goes again, to the node named (`MOVED` also mends the map;
+//!   `ASK` is sent once after `ASKING`), the others keep their answers;
+//! - a connection that broke or timed out may have run any call of its
+//!   pipeline: only calls whose second run is harmless (a memoized call
+//!   answers as the first, `lua/memo.lua`) go again, on a new connection;
+//! - every call gives up after the failover window.
+//!
+//! The map of hash slots to masters comes from `CLUSTER SLOTS` (asked again
+//! after a redirect or a failure, at most once every
+//! [`REFRESH_AT_MOST_EVERY`]), mended at once by each `MOVED`. The cluster
+//! client still serves everything else (reads, `SCRIPT LOAD`, pub/sub).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{Cmd, RedisError, RedisResult, Value};
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+
+use super::cluster::retry_through_failover;
+use super::layout::{SlotRange, HASH_SLOTS};
+use super::{acked_of, ClusterSeeds, WaitFor};
+use crate::scripts::ScriptId;
+
+/// A master's address, as the cluster announces it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct NodeAddr {
+    host: String,
+    port: u16,
+}
+
+impl NodeAddr {
+    /// `host:port` as a redirect names it (`[::1]:7000` or `::1:7000`
+    /// alike).
+    fn of_redirect(addr: &str) -> Option<NodeAddr> {
+        let (host, port) = addr.rsplit_once(':')?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        Some(NodeAddr {
+            host: host.to_string(),
+            port: port.parse().ok()?,
+        })
+    }
+}
+
+/// The least time between two `CLUSTER SLOTS` questions: a burst of
+/// redirects during a resharding asks once.
+const REFRESH_AT_MOST_EVERY: Duration = Duration::from_millis(250);
+
+/// How long a connection to a node may take to open.
+const CONNECT_LIMIT: Duration = Duration::from_secs(2);
+
+/// Redirects a call may follow back to back before it waits like a
+/// refused call (two nodes that disagree during a resharding).
+const REDIRECTS_WITHOUT_PAUSE: u32 = 5;
+
+/// The first and the longest pause before a refused call goes again.
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+const LONGEST_PAUSE: Duration = Duration::from_millis(500);
+
+/// Which master serves each hash slot, as last asked and mended since.
+#[derive(Debug, Default)]
+struct SlotMap {
+    /// Per hash slot: an index into `nodes`; empty until first asked.
+    owner: Vec<Option<u16>>,
+    nodes: Vec<Arc<NodeAddr>>,
+}
+
+impl SlotMap {
+    fn of_ranges(ranges: Vec<SlotRange>, asked: &NodeAddr) -> SlotMap {
+        let mut map = SlotMap {
+            owner: vec![None; HASH_SLOTS],
+            nodes: Vec::new(),
+        };
+        for r in ranges {
+            // An empty host is the answering node's own.
+            let host = match r.host.as_str() {
+                "" | "?" => asked.host.clone(),
+                _ => r.host,
+            };
+            let index = map.index_of(NodeAddr { host, port: r.port });
+            for hs in &mut map.owner[usize::from(r.start)..=usize::from(r.end)] {
+                *hs = index;
+            }
+        }
+        map
+    }
+
+    fn index_of(&mut self, addr: NodeAddr) -> Option<u16> {
+        let i = match self.nodes.iter().position(|n| **n == addr) {
+            Some(i) => i,
+            None => {
+                self.nodes.push(Arc::new(addr));
+                self.nodes.len() - 1
+            }
+        };
+        u16::try_from(i).ok()
+    }
+
+    fn master_of(&self, hash_slot: u16) -> Option<&Arc<NodeAddr>> {
+        let i = (*self.owner.get(usize::from(hash_slot))?)?;
+        self.nodes.get(usize::from(i))
+    }
+
+    /// A `MOVED` reply: the slot is served by `addr` now.
+    fn moved(&mut self, hash_slot: u16, addr: NodeAddr) {
+        if self.owner.len() != HASH_SLOTS {
+            return;
+        }
+        let index = self.index_of(addr);
+        if let Some(hs) = self.owner.get_mut(usize::from(hash_slot)) {
+            *hs = index;
+        }
+    }
+}
+
+/// One open (or opening) connection to a node, shared by every call.
+type NodeConn = Arc<OnceCell<MultiplexedConnection>>;
+
+/// rmq's own routing of script calls on a cluster (see the module docs).
+pub(crate) struct Routing {
+    seeds: ClusterSeeds,
+    response_timeout: Duration,
+    map: Mutex<SlotMap>,
+    conns: Mutex<HashMap<Arc<NodeAddr>, NodeConn>>,
+    /// When the map was last asked for: one question at a time.
+    refreshed: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for Routing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Routing").finish_non_exhaustive()
+    }
+}
+
+/// A call on its way: where its reply goes and where it is sent next.
+#[derive(Debug, Clone)]
+struct Try {
+    /// Its place in the answer.
+    at: usize,
+    /// Its index in the calls.
+    call: usize,
+    hash_slot: Option<u16>,
+    /// Sent to this node once, after `ASKING` (a slot being migrated).
+    ask: Option<Arc<NodeAddr>>,
+    redirects: u32,
+    last_error: Option<RedisError>,
+}
+
+/// What became of one try.
+enum Outcome {
+    Done(RedisResult<Value>, Option<u32>),
+    /// It did not run (or may run again harmlessly): again, after a pause
+    /// when `pause`.
+    Again {
+        pause: bool,
+    },
+}
+
+impl Routing {
+    pub(super) fn new(seeds: ClusterSeeds, response_timeout: Duration) -> Routing {
+        Routing {
+            seeds,
+            response_timeout,
+            map: Mutex::new(SlotMap::default()),
+            conns: Mutex::new(HashMap::new()),
+            refreshed: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Runs `calls[pending]` and answers one result per pending call (with
+    /// the replicas that acknowledged it, after `WAIT`, when `wait`).
+    pub(super) async fn run(
+        &self,
+        calls: &[(ScriptId, Cmd)],
+        pending: &[usize],
+        wait: Option<WaitFor>,
+        window: Duration,
+    ) -> Vec<(RedisResult<Value>, Option<u32>)> {
+        let deadline = Instant::now() + window;
+        let mut out: Vec<Option<(RedisResult<Value>, Option<u32>)>> =
+            (0..pending.len()).map(|_| None).collect();
+        let mut todo: Vec<Try> = pending
+            .iter()
+            .enumerate()
+            .map(|(at, &call)| Try {
+                at,
+                call,
+                hash_slot: first_key(&calls[call].1).map(crate::keys::cluster_hash_slot),
+                ask: None,
+                redirects: 0,
+                last_error: None,
+            })
+            .collect();
+        let mut pause = FIRST_PAUSE;
+        while !todo.is_empty() {
+            if self.map_unknown() {
+                self.refresh(None).await;
+            }
+            let (by_node, unserved) = self.route(todo);
+            let mut again: Vec<Try> = Vec::new();
+            let mut must_pause = false;
+            let mut must_refresh = false;
+            for mut t in unserved {
+                t.last_error = Some(unserved_error(t.hash_slot));
+                again.push(t);
+                must_pause = true;
+                must_refresh = true;
+            }
+            let sent = futures::future::join_all(by_node.into_iter().map(|(addr, tries)| async {
+                let replies = self.send(&addr, calls, &tries, wait).await;
+                (addr, tries, replies)
+            }))
+            .await;
+            for (addr, tries, replies) in sent {
+                let replies = match replies {
+                    Ok(replies) => replies.into_iter().map(Ok).collect::<Vec<_>>(),
+                    Err(e) => {
+                        // The connection failed: any call of it may have run.
+                        self.forget_conn(&addr);
+                        must_refresh = true;
+                        tries.iter().map(|_| Err(e.clone())).collect()
+                    }
+                };
+                for (mut t, reply) in tries.into_iter().zip(replies) {
+                    let rerun_safe = {
+                        let id = calls[t.call].0;
+                        id.memoized() || id.rerun_harmless()
+                    };
+                    match self.judge(&mut t, reply, rerun_safe, &mut must_refresh) {
+                        Outcome::Done(r, acked) => out[t.at] = Some((r, acked)),
+                        Outcome::Again { pause } => {
+                            must_pause |= pause;
+                            again.push(t);
+                        }
+                    }
+                }
+            }
+            if again.is_empty() {
+                break;
+            }
+            if must_pause {
+                if Instant::now() + pause >= deadline {
+                    for t in again {
+                        let e = t.last_error.unwrap_or_else(|| unserved_error(t.hash_slot));
+                        out[t.at] = Some((Err(e), None));
+                    }
+                    break;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(LONGEST_PAUSE);
+            }
+            if must_refresh {
+                self.refresh(Some(REFRESH_AT_MOST_EVERY)).await;
+            }
+            todo = again;
+        }
+        out.into_iter()
+            .map(|o| o.unwrap_or_else(|| (Err(unserved_error(None)), None)))
+            .collect()
+    }
+
+    /// What a reply (or the failure of its connection, `Err`) means for
+    /// its try.
+    fn judge(
+        &self,
+        t: &mut Try,
+        reply: std::result::Result<(RedisResult<Value>, Option<u32>), RedisError>,
+        rerun_safe: bool,
+        must_refresh: &mut bool,
+    ) -> Outcome {
+        t.ask = None;
+        let e = match reply {
+            Ok((Ok(v), acked)) => return Outcome::Done(Ok(v), acked),
+            Ok((Err(e), _)) => e,
+            Err(e) => {
+                return match retry_through_failover(&e, rerun_safe) {
+                    true => {
+                        t.last_error = Some(e);
+                        Outcome::Again { pause: true }
+                    }
+                    false => Outcome::Done(Err(e), None),
+                };
+            }
+        };
+        let redirect = e
+            .redirect_node()
+            .and_then(|(addr, hs)| Some((NodeAddr::of_redirect(addr)?, hs)));
+        if let Some((addr, hs)) = redirect {
+            t.redirects += 1;
+            let pause = t.redirects > REDIRECTS_WITHOUT_PAUSE;
+            match e.kind() {
+                redis::ErrorKind::Server(redis::ServerErrorKind::Ask) => {
+                    t.ask = Some(Arc::new(addr))
+                }
+                _ => {
+                    self.lock_map().moved(hs, addr);
+                    *must_refresh = true;
+                }
+            }
+            t.last_error = Some(e);
+            return Outcome::Again { pause };
+        }
+        // A reply error: the call ran (and failed) unless the reply says
+        // it did not run at all.
+        if retry_through_failover(&e, false) {
+            if matches!(
+                e.kind(),
+                redis::ErrorKind::Server(
+                    redis::ServerErrorKind::ClusterDown
+                        | redis::ServerErrorKind::MasterDown
+                        | redis::ServerErrorKind::ReadOnly
+                )
+            ) {
+                *must_refresh = true;
+            }
+            t.last_error = Some(e);
+            return Outcome::Again { pause: true };
+        }
+        Outcome::Done(Err(e), None)
+    }
+
+    /// The tries grouped by the node each goes to, and those no known
+    /// master serves.
+    #[allow(clippy::type_complexity)]
+    fn route(&self, todo: Vec<Try>) -> (Vec<(Arc<NodeAddr>, Vec<Try>)>, Vec<Try>) {
+        let map = self.lock_map();
+        let mut by_node: Vec<(Arc<NodeAddr>, Vec<Try>)> = Vec::with_capacity(map.nodes.len());
+        let mut unserved = Vec::new();
+        for t in todo {
+            let addr = match (&t.ask, t.hash_slot) {
+                (Some(a), _) => Some(a.clone()),
+                (None, Some(hs)) => map.master_of(hs).cloned(),
+                // A call without keys: any master.
+                (None, None) => map.nodes.first().cloned(),
+            };
+            match addr {
+                Some(addr) => match by_node.iter_mut().find(|(a, _)| *a == addr) {
+                    Some((_, tries)) => tries.push(t),
+                    None => by_node.push((addr, vec![t])),
+                },
+                None => unserved.push(t),
+            }
+        }
+        (by_node, unserved)
+    }
+
+    /// The tries' calls to one node as one pipeline (`ASKING` before an
+    /// asked call, `WAIT` after all when `wait`): a reply per try, or the
+    /// connection's failure.
+    async fn send(
+        &self,
+        addr: &Arc<NodeAddr>,
+        calls: &[(ScriptId, Cmd)],
+        tries: &[Try],
+        wait: Option<WaitFor>,
+    ) -> RedisResult<Vec<(RedisResult<Value>, Option<u32>)>> {
+        let mut conn = self.conn_to(addr).await?;
+        if let ([t], None) = (tries, wait) {
+            if t.ask.is_none() {
+                // One call: sent as it is, without a pipeline around it.
+                let reply = calls[t.call].1.query_async::<Value>(&mut conn).await;
+                return match reply {
+                    Err(e) if is_connection_failure(&e) => Err(e),
+                    reply => Ok(vec![(reply, None)]),
+                };
+            }
+        }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        let mut asked = Vec::with_capacity(tries.len());
+        for t in tries {
+            asked.push(t.ask.is_some());
+            if t.ask.is_some() {
+                pipe.cmd("ASKING");
+            }
+            pipe.add_command(calls[t.call].1.clone());
+        }
+        if let Some(w) = wait {
+            w.push(&mut pipe);
+        }
+        let mut replies: Vec<RedisResult<Value>> = pipe.query_async(&mut conn).await?;
+        let acked = wait.map(|_| acked_of(replies.pop()));
+        let mut replies = replies.into_iter();
+        let mut out = Vec::with_capacity(tries.len());
+        for was_asked in asked {
+            if was_asked {
+                // ASKING's own OK.
+                replies.next();
+            }
+            let reply = replies.next().unwrap_or_else(|| {
+                Err(RedisError::from((
+                    redis::ErrorKind::Io,
+                    "a reply of the pipeline is missing",
+                )))
+            });
+            out.push((reply, acked));
+        }
+        Ok(out)
+    }
+
+    fn lock_map(&self) -> std::sync::MutexGuard<'_, SlotMap> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_conns(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<NodeAddr>, NodeConn>> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn map_unknown(&self) -> bool {
+        self.lock_map().owner.is_empty()
+    }
+
+    /// The connection to a node, opened on first use (one opening for
+    /// all the calls that wait for it).
+    async fn conn_to(&self, addr: &Arc<NodeAddr>) -> RedisResult<MultiplexedConnection> {
+        let cell = {
+            let mut conns = self.lock_conns();
+            match conns.get(addr) {
+                Some(cell) => cell.clone(),
+                None => conns.entry(addr.clone()).or_default().clone(),
+            }
+        };
+        let conn = cell.get_or_try_init(|| self.connect(addr)).await?;
+        Ok(conn.clone())
+    }
+
+    /// Drops a node's connection (the next call opens a new one).
+    fn forget_conn(&self, addr: &NodeAddr) {
+        self.lock_conns().remove(addr);
+    }
+
+    async fn connect(&self, addr: &Arc<NodeAddr>) -> RedisResult<MultiplexedConnection> {
+        let Some(template) = self.seeds.nodes.first() else {
+            return Err(RedisError::from((
+                redis::ErrorKind::Client,
+                "a cluster connection without seed nodes",
+            )));
+        };
+        let info = template
+            .clone()
+            .set_addr(with_host_port(template.addr(), addr));
+        let client = match &self.seeds.certs {
+            Some(certs) => redis::Client::build_with_tls(info, certs.clone())?,
+            None => redis::Client::open(info)?,
+        };
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_LIMIT))
+            .set_response_timeout(Some(self.response_timeout));
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
+    /// Asks a master, else a seed, for the map of hash slots: one question
+    /// at a time, and none when another was asked within `unless_within`
+    /// (or, without it, when the map is known by now).
+    async fn refresh(&self, unless_within: Option<Duration>) {
+        let mut refreshed = self.refreshed.lock().await;
+        let fresh = match unless_within {
+            // First use: another call may have asked while this one waited.
+            None => !self.map_unknown(),
+            Some(within) => refreshed.is_some_and(|at| at.elapsed() < within),
+        };
+        if fresh {
+            return;
+        }
+        let known: Vec<Arc<NodeAddr>> = self.lock_map().nodes.clone();
+        let seeds = self
+            .seeds
+            .nodes
+            .iter()
+            .filter_map(|info| match info.addr() {
+                redis::ConnectionAddr::Tcp(host, port)
+                | redis::ConnectionAddr::TcpTls { host, port, .. } => Some(Arc::new(NodeAddr {
+                    host: host.clone(),
+                    port: *port,
+                })),
+                _ => None,
+            });
+        let mut asked: Vec<Arc<NodeAddr>> = Vec::new();
+        for addr in known.into_iter().chain(seeds) {
+            if asked.contains(&addr) {
+                continue;
+            }
+            asked.push(addr.clone());
+            if let Some(map) = self.ask_map(&addr).await {
+                *self.lock_map() = map;
+                break;
+            }
+        }
+        *refreshed = Some(Instant::now());
+    }
+
+    async fn ask_map(&self, addr: &Arc<NodeAddr>) -> Option<SlotMap> {
+        let question = async {
+            let mut conn = self.conn_to(addr).await?;
+            redis::cmd("CLUSTER")
+                .arg("SLOTS")
+                .query_async::<Value>(&mut conn)
+                .await
+        };
+        match tokio::time::timeout(self.response_timeout + CONNECT_LIMIT, question).await {
+            Ok(Ok(reply)) => {
+                let ranges = SlotRange::all_of_reply(&reply)?;
+                // A node that serves nothing (or not yet) is no authority.
+                (!ranges.is_empty()).then(|| SlotMap::of_ranges(ranges, addr))
+            }
+            _ => {
+                self.forget_conn(addr);
+                None
+            }
+        }
+    }
+}
+
+/// Whether an error is the connection's (the call may or may not have
+/// run), not a reply's.
+fn is_connection_failure(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
+/// The first key of a script call (`EVALSHA sha numkeys key...` or `FCALL
+/// name numkeys key...`), which names its hash slot.
+fn first_key(cmd: &Cmd) -> Option<&[u8]> {
+    let mut args = cmd.args_iter().filter_map(|a| match a {
+        redis::Arg::Simple(b) => Some(b),
+        _ => None,
+    });
+    let numkeys: usize = std::str::from_utf8(args.nth(2)?).ok()?.parse().ok()?;
+    (numkeys > 0).then(|| args.next()).flatten()
+}
+
+/// A seed's address with another host and port (TLS settings kept).
+fn with_host_port(template: &redis::ConnectionAddr, addr: &NodeAddr) -> redis::ConnectionAddr {
+    match template {
+        redis::ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => redis::ConnectionAddr::TcpTls {
+            host: addr.host.clone(),
+            port: addr.port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => redis::ConnectionAddr::Tcp(addr.host.clone(), addr.port),
+    }
+}
+
+/// The error of a call whose hash slot no known master serves.
+fn unserved_error(hash_slot: Option<u16>) -> RedisError {
+    let what = match hash_slot {
+        Some(hs) => format!("no known master serves hash slot {hs}"),
+        None => "no known master".to_string(),
+    };
+    RedisError::from((
+        redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
+        "CLUSTERDOWN",
+        what,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_is_routed_by_its_first_key() {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg("abc")
+            .arg(2)
+            .arg("rmq:{x}:t:0:q")
+            .arg("k2")
+            .arg("arg");
+        assert_eq!(first_key(&cmd), Some(&b"rmq:{x}:t:0:q"[..]));
+        let mut fcall = redis::cmd("FCALL");
+        fcall.arg("rmq_pop").arg(1).arg("k").arg("a");
+        assert_eq!(first_key(&fcall), Some(&b"k"[..]));
+        let mut keyless = redis::cmd("EVALSHA");
+        keyless.arg("abc").arg(0).arg("arg");
+        assert_eq!(first_key(&keyless), None);
+        let mut broken = redis::cmd("EVALSHA");
+        broken.arg("abc").arg("x").arg("k");
+        assert_eq!(first_key(&broken), None);
+    }
+
+    #[test]
+    fn redirects_name_hosts_with_and_without_brackets() {
+        let v4 = NodeAddr::of_redirect("127.0.0.1:7001").unwrap();
+        assert_eq!((v4.host.as_str(), v4.port), ("127.0.0.1", 7001));
+        let v6 = NodeAddr::of_redirect("[::1]:7002").unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 7002));
+        let bare_v6 = NodeAddr::of_redirect("::1:7003").unwrap();
+        assert_eq!((bare_v6.host.as_str(), bare_v6.port), ("::1", 7003));
+        assert!(NodeAddr::of_redirect("nohost").is_none());
+        assert!(NodeAddr::of_redirect("h:notaport").is_none());
+    }
+
+    fn range(start: u16, end: u16, host: &str, port: u16) -> SlotRange {
+        SlotRange {
+            start,
+            end,
+            host: host.to_string(),
+            port,
+            name: format!("{host}:{port}").into_bytes(),
+        }
+    }
+
+    #[test]
+    fn the_map_follows_cluster_slots_and_each_moved() {
+        let asked = NodeAddr {
+            host: "127.0.0.1".into(),
+            port: 7000,
+        };
+        let mut map = SlotMap::of_ranges(
+            vec![
+                range(0, 8191, "", 7000),
+                range(8192, 16383, "127.0.0.2", 7001),
+            ],
+            &asked,
+        );
+        assert_eq!(
+            map.master_of(5).map(|a| &**a),
+            Some(&asked),
+            "an empty host is the asked node's"
+        );
+        assert_eq!(map.master_of(16383).map(|a| a.port), Some(7001));
+        map.moved(5, NodeAddr::of_redirect("127.0.0.3:7002").unwrap());
+        assert_eq!(map.master_of(5).map(|a| a.port), Some(7002));
+        assert_eq!(
+            map.master_of(6).map(|a| &**a),
+            Some(&asked),
+            "only the moved slot changes"
+        );
+        let unserved = SlotMap::of_ranges(vec![range(0, 99, "h", 1)], &asked);
+        assert_eq!(unserved.master_of(100), None);
+    }
+}
