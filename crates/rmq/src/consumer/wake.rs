@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
@@ -125,6 +125,9 @@ async fn listen_single(
     }
 }
 
+/// `SSUBSCRIBE`s in flight at once on a cluster connection.
+const SUBSCRIBES_IN_FLIGHT: usize = 64;
+
 /// Cluster: SSUBSCRIBE to the sharded channel of each of the topic's hash
 /// tags, each on the node that owns it (RESP3 pushes). When the server
 /// drops a subscription (its hash slot moved, failover) or a connection
@@ -146,13 +149,18 @@ async fn listen_cluster(
                 .push_sender(tx)
                 .build()?;
             let conn = client.get_async_connection().await?;
-            let subscribe = channels.iter().map(|ch| {
+            // A bounded number in flight: the cluster client looks over
+            // every request in flight at each step, so the 16,384 channels
+            // of a 65,536-slot topic sent at once cost it time quadratic in
+            // their count (16 consumers starting together kept two cores
+            // busy for over a minute).
+            futures::stream::iter(channels.iter().cloned().map(|ch| {
                 let mut conn = conn.clone();
                 async move { conn.ssubscribe(ch).await }
-            });
-            for r in futures::future::join_all(subscribe).await {
-                r?;
-            }
+            }))
+            .buffer_unordered(SUBSCRIBES_IN_FLIGHT)
+            .try_collect::<Vec<()>>()
+            .await?;
             Ok::<_, redis::RedisError>(conn)
         };
         let conn = tokio::select! {
