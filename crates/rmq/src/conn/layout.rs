@@ -90,7 +90,12 @@ impl SlotRange {
         if start > end || usize::from(end) >= HASH_SLOTS {
             return None;
         }
-        let host = node.first().and_then(bytes)?;
+        // No host (a cluster that announces no endpoint): the answering
+        // node's own.
+        let host = match node.first()? {
+            Value::Nil => Vec::new(),
+            v => bytes(v)?,
+        };
         let port = u16::try_from(as_int(node.get(1)?)?).ok()?;
         let name = match node.get(2).and_then(bytes) {
             Some(id) => id,
@@ -245,6 +250,19 @@ mod tests {
         let layout = ClusterLayout::of_reply(&reply).unwrap();
         assert_eq!(layout.master_of(0), layout.master_of(21));
         assert_ne!(layout.master_of(0), layout.master_of(11));
+    }
+
+    #[test]
+    fn a_master_announced_without_a_host_is_the_answering_node() {
+        let node = Value::Array(vec![Value::Nil, Value::Int(7000), bulk("a")]);
+        let reply = Value::Array(vec![Value::Array(vec![
+            Value::Int(0),
+            Value::Int(16_383),
+            node,
+        ])]);
+        let ranges = SlotRange::all_of_reply(&reply).unwrap();
+        assert_eq!((ranges[0].host.as_str(), ranges[0].port), ("", 7000));
+        assert!(ClusterLayout::of_reply(&reply).is_some());
     }
 
     #[test]

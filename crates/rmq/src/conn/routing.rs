@@ -26,9 +26,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::{BoxFuture, FutureExt, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{Cmd, RedisError, RedisResult, Value};
-use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use super::cluster::retry_through_failover;
@@ -45,10 +45,14 @@ struct NodeAddr {
 
 impl NodeAddr {
     /// `host:port` as a redirect names it (`[::1]:7000` or `::1:7000`
-    /// alike).
-    fn of_redirect(addr: &str) -> Option<NodeAddr> {
+    /// alike); a redirect without a host (`:7000`, a cluster that
+    /// announces no endpoint) means the host of `sent_to`.
+    fn of_redirect(addr: &str, sent_to: &NodeAddr) -> Option<NodeAddr> {
         let (host, port) = addr.rsplit_once(':')?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let host = match host.trim_start_matches('[').trim_end_matches(']') {
+            "" | "?" => sent_to.host.as_str(),
+            host => host,
+        };
         Some(NodeAddr {
             host: host.to_string(),
             port: port.parse().ok()?,
@@ -62,6 +66,9 @@ const REFRESH_AT_MOST_EVERY: Duration = Duration::from_millis(250);
 
 /// How long a connection to a node may take to open.
 const CONNECT_LIMIT: Duration = Duration::from_secs(2);
+
+/// How long a `CLUSTER SLOTS` question may take, connecting included.
+const ASK_LIMIT: Duration = Duration::from_secs(2);
 
 /// Redirects a call may follow back to back before it waits like a
 /// refused call (two nodes that disagree during a resharding).
@@ -127,8 +134,19 @@ impl SlotMap {
     }
 }
 
-/// One open (or opening) connection to a node, shared by every call.
-type NodeConn = Arc<OnceCell<MultiplexedConnection>>;
+/// One connection to a node, opened once for every call that waits for
+/// it (an attempt that failed is dropped, and the next call starts
+/// another).
+type NodeConn = Shared<BoxFuture<'static, RedisResult<MultiplexedConnection>>>;
+
+/// Why a pipeline has no replies.
+#[derive(Debug, Clone)]
+enum Failed {
+    /// No connection could be opened: nothing was sent.
+    NotSent(RedisError),
+    /// The connection broke or timed out: any call may have run.
+    Broken(RedisError),
+}
 
 /// rmq's own routing of script calls on a cluster (see the module docs).
 pub(crate) struct Routing {
@@ -206,10 +224,18 @@ impl Routing {
             })
             .collect();
         let mut pause = FIRST_PAUSE;
+        let mut first = true;
         while !todo.is_empty() {
             if self.map_unknown() {
                 self.refresh(None).await;
             }
+            // No second try leaves after the window (a memoized call's
+            // answer is kept for the window and more, not for ever).
+            if !first && Instant::now() >= deadline {
+                give_up(todo, &mut out);
+                break;
+            }
+            first = false;
             let (by_node, unserved) = self.route(todo);
             let mut again: Vec<Try> = Vec::new();
             let mut must_pause = false;
@@ -228,11 +254,9 @@ impl Routing {
             for (addr, tries, replies) in sent {
                 let replies = match replies {
                     Ok(replies) => replies.into_iter().map(Ok).collect::<Vec<_>>(),
-                    Err(e) => {
-                        // The connection failed: any call of it may have run.
-                        self.forget_conn(&addr);
+                    Err(failed) => {
                         must_refresh = true;
-                        tries.iter().map(|_| Err(e.clone())).collect()
+                        tries.iter().map(|_| Err(failed.clone())).collect()
                     }
                 };
                 for (mut t, reply) in tries.into_iter().zip(replies) {
@@ -240,7 +264,7 @@ impl Routing {
                         let id = calls[t.call].0;
                         id.memoized() || id.rerun_harmless()
                     };
-                    match self.judge(&mut t, reply, rerun_safe, &mut must_refresh) {
+                    match self.judge(&mut t, &addr, reply, rerun_safe, &mut must_refresh) {
                         Outcome::Done(r, acked) => out[t.at] = Some((r, acked)),
                         Outcome::Again { pause } => {
                             must_pause |= pause;
@@ -254,10 +278,7 @@ impl Routing {
             }
             if must_pause {
                 if Instant::now() + pause >= deadline {
-                    for t in again {
-                        let e = t.last_error.unwrap_or_else(|| unserved_error(t.hash_slot));
-                        out[t.at] = Some((Err(e), None));
-                    }
+                    give_up(again, &mut out);
                     break;
                 }
                 tokio::time::sleep(pause).await;
@@ -273,12 +294,13 @@ impl Routing {
             .collect()
     }
 
-    /// What a reply (or the failure of its connection, `Err`) means for
-    /// its try.
+    /// What a reply (or the failure of its pipeline, `Err`) from the node
+    /// `sent_to` means for its try.
     fn judge(
         &self,
         t: &mut Try,
-        reply: std::result::Result<(RedisResult<Value>, Option<u32>), RedisError>,
+        sent_to: &NodeAddr,
+        reply: std::result::Result<(RedisResult<Value>, Option<u32>), Failed>,
         rerun_safe: bool,
         must_refresh: &mut bool,
     ) -> Outcome {
@@ -286,7 +308,11 @@ impl Routing {
         let e = match reply {
             Ok((Ok(v), acked)) => return Outcome::Done(Ok(v), acked),
             Ok((Err(e), _)) => e,
-            Err(e) => {
+            Err(Failed::NotSent(e)) => {
+                t.last_error = Some(e);
+                return Outcome::Again { pause: true };
+            }
+            Err(Failed::Broken(e)) => {
                 return match retry_through_failover(&e, rerun_safe) {
                     true => {
                         t.last_error = Some(e);
@@ -298,7 +324,7 @@ impl Routing {
         };
         let redirect = e
             .redirect_node()
-            .and_then(|(addr, hs)| Some((NodeAddr::of_redirect(addr)?, hs)));
+            .and_then(|(addr, hs)| Some((NodeAddr::of_redirect(addr, sent_to)?, hs)));
         if let Some((addr, hs)) = redirect {
             t.redirects += 1;
             let pause = t.redirects > REDIRECTS_WITHOUT_PAUSE;
@@ -323,6 +349,9 @@ impl Routing {
                     redis::ServerErrorKind::ClusterDown
                         | redis::ServerErrorKind::MasterDown
                         | redis::ServerErrorKind::ReadOnly
+                        // A redirect this code could not read.
+                        | redis::ServerErrorKind::Moved
+                        | redis::ServerErrorKind::Ask
                 )
             ) {
                 *must_refresh = true;
@@ -367,14 +396,18 @@ impl Routing {
         calls: &[(ScriptId, Cmd)],
         tries: &[Try],
         wait: Option<WaitFor>,
-    ) -> RedisResult<Vec<(RedisResult<Value>, Option<u32>)>> {
-        let mut conn = self.conn_to(addr).await?;
+    ) -> std::result::Result<Vec<(RedisResult<Value>, Option<u32>)>, Failed> {
+        let (handle, mut conn) = self.conn_to(addr).await.map_err(Failed::NotSent)?;
+        let broken = |e: RedisError| {
+            self.forget_conn(addr, &handle);
+            Failed::Broken(e)
+        };
         if let ([t], None) = (tries, wait) {
             if t.ask.is_none() {
                 // One call: sent as it is, without a pipeline around it.
                 let reply = calls[t.call].1.query_async::<Value>(&mut conn).await;
                 return match reply {
-                    Err(e) if is_connection_failure(&e) => Err(e),
+                    Err(e) if is_connection_failure(&e) => Err(broken(e)),
                     reply => Ok(vec![(reply, None)]),
                 };
             }
@@ -392,7 +425,8 @@ impl Routing {
         if let Some(w) = wait {
             w.push(&mut pipe);
         }
-        let mut replies: Vec<RedisResult<Value>> = pipe.query_async(&mut conn).await?;
+        let mut replies: Vec<RedisResult<Value>> =
+            pipe.query_async(&mut conn).await.map_err(broken)?;
         let acked = wait.map(|_| acked_of(replies.pop()));
         let mut replies = replies.into_iter();
         let mut out = Vec::with_capacity(tries.len());
@@ -424,26 +458,58 @@ impl Routing {
         self.lock_map().owner.is_empty()
     }
 
-    /// The connection to a node, opened on first use (one opening for
-    /// all the calls that wait for it).
-    async fn conn_to(&self, addr: &Arc<NodeAddr>) -> RedisResult<MultiplexedConnection> {
-        let cell = {
+    /// The connection to a node (and its handle, to forget it by),
+    /// opened on first use: one opening for all the calls that wait for it.
+    async fn conn_to(
+        &self,
+        addr: &Arc<NodeAddr>,
+    ) -> RedisResult<(NodeConn, MultiplexedConnection)> {
+        let handle = {
             let mut conns = self.lock_conns();
             match conns.get(addr) {
-                Some(cell) => cell.clone(),
-                None => conns.entry(addr.clone()).or_default().clone(),
+                Some(handle) => handle.clone(),
+                None => {
+                    let handle = self.opening(addr);
+                    conns.insert(addr.clone(), handle.clone());
+                    handle
+                }
             }
         };
-        let conn = cell.get_or_try_init(|| self.connect(addr)).await?;
-        Ok(conn.clone())
+        match handle.clone().await {
+            Ok(conn) => Ok((handle, conn)),
+            Err(e) => {
+                self.forget_conn(addr, &handle);
+                Err(e)
+            }
+        }
     }
 
-    /// Drops a node's connection (the next call opens a new one).
-    fn forget_conn(&self, addr: &NodeAddr) {
-        self.lock_conns().remove(addr);
+    /// Drops a node's connection if it is still `handle` (the next call
+    /// opens a new one; one opened meanwhile stays).
+    fn forget_conn(&self, addr: &NodeAddr, handle: &NodeConn) {
+        let mut conns = self.lock_conns();
+        if conns.get(addr).is_some_and(|h| h.ptr_eq(handle)) {
+            conns.remove(addr);
+        }
     }
 
-    async fn connect(&self, addr: &Arc<NodeAddr>) -> RedisResult<MultiplexedConnection> {
+    /// An opening of a connection to a node, shared by whoever awaits it.
+    fn opening(&self, addr: &NodeAddr) -> NodeConn {
+        let client = self.client_for(addr);
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_LIMIT))
+            .set_response_timeout(Some(self.response_timeout));
+        async move {
+            client?
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+        }
+        .boxed()
+        .shared()
+    }
+
+    /// A client for one node, with the seeds' credentials and TLS.
+    fn client_for(&self, addr: &NodeAddr) -> RedisResult<redis::Client> {
         let Some(template) = self.seeds.nodes.first() else {
             return Err(RedisError::from((
                 redis::ErrorKind::Client,
@@ -453,16 +519,10 @@ impl Routing {
         let info = template
             .clone()
             .set_addr(with_host_port(template.addr(), addr));
-        let client = match &self.seeds.certs {
-            Some(certs) => redis::Client::build_with_tls(info, certs.clone())?,
-            None => redis::Client::open(info)?,
-        };
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(CONNECT_LIMIT))
-            .set_response_timeout(Some(self.response_timeout));
-        client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
+        match &self.seeds.certs {
+            Some(certs) => redis::Client::build_with_tls(info, certs.clone()),
+            None => redis::Client::open(info),
+        }
     }
 
     /// Asks a master, else a seed, for the map of hash slots: one question
@@ -491,38 +551,49 @@ impl Routing {
                 })),
                 _ => None,
             });
-        let mut asked: Vec<Arc<NodeAddr>> = Vec::new();
+        let mut candidates: Vec<Arc<NodeAddr>> = Vec::new();
         for addr in known.into_iter().chain(seeds) {
-            if asked.contains(&addr) {
-                continue;
+            if !candidates.contains(&addr) {
+                candidates.push(addr);
             }
-            asked.push(addr.clone());
-            if let Some(map) = self.ask_map(&addr).await {
+        }
+        // All at once: the first that answers with a layout is taken (a
+        // master that went dark costs no wait).
+        let questions = candidates
+            .iter()
+            .map(|addr| self.ask_map(addr).boxed())
+            .collect::<Vec<_>>();
+        if !questions.is_empty() {
+            if let Ok((map, _)) = futures::future::select_ok(questions).await {
                 *self.lock_map() = map;
-                break;
             }
         }
         *refreshed = Some(Instant::now());
     }
 
-    async fn ask_map(&self, addr: &Arc<NodeAddr>) -> Option<SlotMap> {
+    /// One node's answer to `CLUSTER SLOTS`, on a connection of its own
+    /// (the shared one may be queued behind `WAIT`s).
+    async fn ask_map(&self, addr: &Arc<NodeAddr>) -> std::result::Result<SlotMap, ()> {
         let question = async {
-            let mut conn = self.conn_to(addr).await?;
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(ASK_LIMIT))
+                .set_response_timeout(Some(ASK_LIMIT));
+            let mut conn = self
+                .client_for(addr)?
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
             redis::cmd("CLUSTER")
                 .arg("SLOTS")
                 .query_async::<Value>(&mut conn)
                 .await
         };
-        match tokio::time::timeout(self.response_timeout + CONNECT_LIMIT, question).await {
-            Ok(Ok(reply)) => {
-                let ranges = SlotRange::all_of_reply(&reply)?;
-                // A node that serves nothing (or not yet) is no authority.
-                (!ranges.is_empty()).then(|| SlotMap::of_ranges(ranges, addr))
-            }
-            _ => {
-                self.forget_conn(addr);
-                None
-            }
+        let Ok(Ok(reply)) = tokio::time::timeout(ASK_LIMIT * 2, question).await else {
+            return Err(());
+        };
+        match SlotRange::all_of_reply(&reply) {
+            // A node that serves nothing (or not yet) is no authority.
+            Some(ranges) if !ranges.is_empty() => Ok(SlotMap::of_ranges(ranges, addr)),
+            _ => Err(()),
         }
     }
 }
@@ -531,6 +602,16 @@ impl Routing {
 /// run), not a reply's.
 fn is_connection_failure(e: &RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
+/// Answers the tries still to go with their last error.
+fn give_up(tries: Vec<Try>, out: &mut [Option<(RedisResult<Value>, Option<u32>)>]) {
+    for t in tries {
+        let e = t.last_error.unwrap_or_else(|| unserved_error(t.hash_slot));
+        if let Some(slot) = out.get_mut(t.at) {
+            *slot = Some((Err(e), None));
+        }
+    }
 }
 
 /// The first key of a script call (`EVALSHA sha numkeys key...` or `FCALL
@@ -600,14 +681,21 @@ mod tests {
 
     #[test]
     fn redirects_name_hosts_with_and_without_brackets() {
-        let v4 = NodeAddr::of_redirect("127.0.0.1:7001").unwrap();
+        let sent_to = NodeAddr {
+            host: "127.0.0.9".into(),
+            port: 7000,
+        };
+        let of = |a: &str| NodeAddr::of_redirect(a, &sent_to);
+        let v4 = of("127.0.0.1:7001").unwrap();
         assert_eq!((v4.host.as_str(), v4.port), ("127.0.0.1", 7001));
-        let v6 = NodeAddr::of_redirect("[::1]:7002").unwrap();
+        let v6 = of("[::1]:7002").unwrap();
         assert_eq!((v6.host.as_str(), v6.port), ("::1", 7002));
-        let bare_v6 = NodeAddr::of_redirect("::1:7003").unwrap();
+        let bare_v6 = of("::1:7003").unwrap();
         assert_eq!((bare_v6.host.as_str(), bare_v6.port), ("::1", 7003));
-        assert!(NodeAddr::of_redirect("nohost").is_none());
-        assert!(NodeAddr::of_redirect("h:notaport").is_none());
+        let no_host = of(":7004").unwrap();
+        assert_eq!((no_host.host.as_str(), no_host.port), ("127.0.0.9", 7004));
+        assert!(of("nohost").is_none());
+        assert!(of("h:notaport").is_none());
     }
 
     fn range(start: u16, end: u16, host: &str, port: u16) -> SlotRange {
@@ -639,7 +727,7 @@ mod tests {
             "an empty host is the asked node's"
         );
         assert_eq!(map.master_of(16383).map(|a| a.port), Some(7001));
-        map.moved(5, NodeAddr::of_redirect("127.0.0.3:7002").unwrap());
+        map.moved(5, NodeAddr::of_redirect("127.0.0.3:7002", &asked).unwrap());
         assert_eq!(map.master_of(5).map(|a| a.port), Some(7002));
         assert_eq!(
             map.master_of(6).map(|a| &**a),
