@@ -1,15 +1,14 @@
 //! Which master serves each hash slot, as the cluster said when asked
-//! (`CLUSTER SLOTS`). It lets work on many rmq slots share one call per
-//! master where a script may reach keys of several hash slots of its own
-//! node (a serial member's lease renewals). The answer may be stale the
-//! moment it arrives (a failover, a resharding): its users only group
-//! calls by it and route each call by a declared key, so a stale layout
-//! costs a call more, never a wrong answer.
+//! (`CLUSTER SLOTS`, kept by `routing.rs`). It lets work on many rmq slots
+//! share one call per master where a script may reach keys of several hash
+//! slots of its own node (a serial member's lease renewals, reads of the
+//! head indexes). The answer may be stale the moment it arrives (a
+//! failover, a resharding): its users only group calls by it and route
+//! each call by a declared key, so a stale layout costs a call more, never
+//! a wrong answer.
 
 use redis::Value;
 
-use super::Redis;
-use crate::error::{Error, ErrorKind, Result};
 use crate::value::as_int;
 
 /// Hash slots in a Redis Cluster.
@@ -32,9 +31,15 @@ impl ClusterLayout {
             .flatten()
     }
 
+    /// A layout from each hash slot's master index.
+    pub(super) fn of_owners(master_of: Vec<Option<u16>>) -> ClusterLayout {
+        ClusterLayout { master_of }
+    }
+
     /// The layout a `CLUSTER SLOTS` reply describes: entries of `[start,
     /// end, [host, port, id, ...], replicas...]`. Masters are told apart
     /// by id, or by host and port where the id is missing.
+    #[cfg(test)]
     pub(crate) fn of_reply(reply: &Value) -> Option<ClusterLayout> {
         let mut master_of = vec![None; HASH_SLOTS];
         let mut masters: Vec<Vec<u8>> = Vec::new();
@@ -124,95 +129,9 @@ fn bytes(v: &Value) -> Option<Vec<u8>> {
     }
 }
 
-/// A connection's cluster layout, as last asked.
-#[derive(Debug, Default)]
-pub(crate) struct KnownLayout {
-    /// None: not asked yet, or forgotten since it proved stale.
-    layout: Option<std::sync::Arc<ClusterLayout>>,
-    /// How many times it was forgotten: an answer asked for before the
-    /// last time is not kept (it may be what proved stale).
-    forgotten: u64,
-}
-
-/// What to ask with: the forget count when the question was sent.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Asking(u64);
-
-impl KnownLayout {
-    /// The layout known, or the ticket to ask for it with.
-    fn get(&self) -> std::result::Result<std::sync::Arc<ClusterLayout>, Asking> {
-        self.layout.clone().ok_or(Asking(self.forgotten))
-    }
-
-    /// Keeps an answer, unless the layout was forgotten since it was
-    /// asked for.
-    fn answered(&mut self, asked: Asking, layout: std::sync::Arc<ClusterLayout>) {
-        if asked.0 == self.forgotten {
-            self.layout = Some(layout);
-        }
-    }
-
-    fn forget(&mut self) {
-        self.layout = None;
-        self.forgotten += 1;
-    }
-}
-
-impl Redis {
-    fn known(&self) -> std::sync::MutexGuard<'_, KnownLayout> {
-        self.layout.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The cluster's layout as last asked, asking now if it never was or
-    /// was forgotten.
-    pub(crate) async fn known_layout(&self) -> Result<std::sync::Arc<ClusterLayout>> {
-        let asking = match self.known().get() {
-            Ok(layout) => return Ok(layout),
-            Err(asking) => asking,
-        };
-        let layout = std::sync::Arc::new(self.cluster_layout().await?);
-        self.known().answered(asking, layout.clone());
-        Ok(layout)
-    }
-
-    /// Forgets the layout: a call grouped by it found a key elsewhere.
-    pub(crate) fn forget_layout(&self) {
-        self.known().forget();
-    }
-
-    /// The cluster's layout now, as any node tells it.
-    pub(crate) async fn cluster_layout(&self) -> Result<ClusterLayout> {
-        let reply: Value = self.query(redis::cmd("CLUSTER").arg("SLOTS")).await?;
-        ClusterLayout::of_reply(&reply).ok_or_else(|| {
-            Error::new(
-                ErrorKind::Redis,
-                "CLUSTER SLOTS answered something that is not a slot layout",
-            )
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_answer_asked_for_before_a_forget_is_not_kept() {
-        let layout = |n: i64| {
-            let reply = Value::Array(vec![entry(0, 16_383, "127.0.0.1", n, None)]);
-            std::sync::Arc::new(ClusterLayout::of_reply(&reply).unwrap())
-        };
-        let mut known = KnownLayout::default();
-        let early = known.get().unwrap_err();
-        // Meanwhile another call found a key elsewhere than the layout
-        // it used said, and forgot it.
-        known.forget();
-        let late = known.get().unwrap_err();
-        known.answered(early, layout(1));
-        assert!(known.get().is_err(), "the early answer may be stale");
-        known.answered(late, layout(2));
-        assert!(known.get().is_ok_and(|l| *l == *layout(2)));
-    }
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())

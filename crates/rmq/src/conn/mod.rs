@@ -128,8 +128,6 @@ pub(crate) struct Redis {
     /// on a cluster one per hash tag), and consumers read it instead of
     /// looking at every slot.
     pub(crate) head_index: bool,
-    /// A cluster: which master serves each hash slot, as last asked.
-    layout: std::sync::Arc<std::sync::Mutex<layout::KnownLayout>>,
     /// A cluster: script calls, routed by rmq (`routing.rs`), made on
     /// first use.
     routing: std::sync::Arc<std::sync::OnceLock<routing::Routing>>,
@@ -195,7 +193,6 @@ impl Redis {
             waitaof: false,
             failover_window: DEFAULT_FAILOVER_WINDOW,
             head_index: false,
-            layout: Default::default(),
             routing: Default::default(),
             wait_routing: Default::default(),
         }
@@ -347,6 +344,30 @@ impl Redis {
                 })
             })
             .collect())
+    }
+
+    /// The cluster's layout as last asked (by the routing of script calls),
+    /// asking now if it never was or was forgotten.
+    pub(crate) async fn known_layout(&self) -> Result<std::sync::Arc<ClusterLayout>> {
+        let Target::Cluster(seeds) = &self.target else {
+            return Err(Error::new(
+                ErrorKind::Redis,
+                "a single node has no cluster layout",
+            ));
+        };
+        self.routing(seeds, false).layout().await.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Redis,
+                "no node of the cluster answered CLUSTER SLOTS with a layout",
+            )
+        })
+    }
+
+    /// Forgets the layout: a call grouped by it found a key elsewhere.
+    pub(crate) fn forget_layout(&self) {
+        if let Target::Cluster(seeds) = &self.target {
+            self.routing(seeds, false).forget();
+        }
     }
 
     /// A cluster's routing of script calls (a durable send's own when

@@ -32,7 +32,7 @@ use redis::{Cmd, RedisError, RedisResult, Value};
 use tokio::time::Instant;
 
 use super::cluster::retry_through_failover;
-use super::layout::{SlotRange, HASH_SLOTS};
+use super::layout::{ClusterLayout, SlotRange, HASH_SLOTS};
 use super::{acked_of, ClusterSeeds, WaitFor};
 use crate::scripts::ScriptId;
 
@@ -84,13 +84,21 @@ struct SlotMap {
     /// Per hash slot: an index into `nodes`; empty until first asked.
     owner: Vec<Option<u16>>,
     nodes: Vec<Arc<NodeAddr>>,
+    /// `owner` as a layout, made on first use after each change.
+    layout: Option<Arc<ClusterLayout>>,
+    /// A call grouped by the layout found a key elsewhere: ask again
+    /// before the next use of the layout.
+    stale: bool,
+    /// How many times it was forgotten: an answer to a question asked
+    /// before the last time may be what proved stale, and is kept stale.
+    forgotten: u64,
 }
 
 impl SlotMap {
     fn of_ranges(ranges: Vec<SlotRange>, asked: &NodeAddr) -> SlotMap {
         let mut map = SlotMap {
             owner: vec![None; HASH_SLOTS],
-            nodes: Vec::new(),
+            ..SlotMap::default()
         };
         for r in ranges {
             // An empty host is the answering node's own.
@@ -131,6 +139,27 @@ impl SlotMap {
         if let Some(hs) = self.owner.get_mut(usize::from(hash_slot)) {
             *hs = index;
         }
+        self.layout = None;
+    }
+
+    /// The layout, unless never asked for or forgotten.
+    fn layout(&mut self) -> Option<Arc<ClusterLayout>> {
+        if self.owner.is_empty() || self.stale {
+            return None;
+        }
+        let owner = &self.owner;
+        Some(
+            self.layout
+                .get_or_insert_with(|| Arc::new(ClusterLayout::of_owners(owner.clone())))
+                .clone(),
+        )
+    }
+
+    /// Takes a new answer, asked for when the forget count was `asked_at`.
+    fn answered(&mut self, mut new: SlotMap, asked_at: u64) {
+        new.forgotten = self.forgotten;
+        new.stale = self.forgotten != asked_at;
+        *self = new;
     }
 }
 
@@ -458,6 +487,23 @@ impl Routing {
         self.lock_map().owner.is_empty()
     }
 
+    /// The map as a layout, asked for first if it never was or was
+    /// forgotten; None if no node answered.
+    pub(super) async fn layout(&self) -> Option<Arc<ClusterLayout>> {
+        if let Some(layout) = self.lock_map().layout() {
+            return Some(layout);
+        }
+        self.refresh(None).await;
+        self.lock_map().layout()
+    }
+
+    /// Forgets the layout (the map still routes calls until asked again).
+    pub(super) fn forget(&self) {
+        let mut map = self.lock_map();
+        map.stale = true;
+        map.forgotten += 1;
+    }
+
     /// The connection to a node (and its handle, to forget it by),
     /// opened on first use: one opening for all the calls that wait for it.
     async fn conn_to(
@@ -531,14 +577,21 @@ impl Routing {
     async fn refresh(&self, unless_within: Option<Duration>) {
         let mut refreshed = self.refreshed.lock().await;
         let fresh = match unless_within {
-            // First use: another call may have asked while this one waited.
-            None => !self.map_unknown(),
+            // First use (or after a forget): another call may have asked
+            // while this one waited.
+            None => {
+                let map = self.lock_map();
+                !map.owner.is_empty() && !map.stale
+            }
             Some(within) => refreshed.is_some_and(|at| at.elapsed() < within),
         };
         if fresh {
             return;
         }
-        let known: Vec<Arc<NodeAddr>> = self.lock_map().nodes.clone();
+        let (known, asked_at) = {
+            let map = self.lock_map();
+            (map.nodes.clone(), map.forgotten)
+        };
         let seeds = self
             .seeds
             .nodes
@@ -565,7 +618,7 @@ impl Routing {
             .collect::<Vec<_>>();
         if !questions.is_empty() {
             if let Ok((map, _)) = futures::future::select_ok(questions).await {
-                *self.lock_map() = map;
+                self.lock_map().answered(map, asked_at);
             }
         }
         *refreshed = Some(Instant::now());
@@ -706,6 +759,33 @@ mod tests {
             port,
             name: format!("{host}:{port}").into_bytes(),
         }
+    }
+
+    #[test]
+    fn an_answer_asked_for_before_a_forget_is_kept_stale() {
+        let asked = NodeAddr {
+            host: "127.0.0.1".into(),
+            port: 7000,
+        };
+        let answer = || SlotMap::of_ranges(vec![range(0, 16383, "", 7000)], &asked);
+        let mut map = SlotMap::default();
+        assert!(map.layout().is_none(), "never asked");
+        let early = map.forgotten;
+        // Meanwhile another call found a key elsewhere than the layout it
+        // used said, and forgot it.
+        map.forgotten += 1;
+        map.stale = true;
+        map.answered(answer(), early);
+        assert!(map.layout().is_none(), "the early answer may be stale");
+        assert!(map.master_of(5).is_some(), "it still routes calls");
+        let late = map.forgotten;
+        map.answered(answer(), late);
+        let layout = map.layout().unwrap();
+        assert_eq!(layout.master_of(0), layout.master_of(16383));
+        assert!(Arc::ptr_eq(&layout, &map.layout().unwrap()), "made once");
+        map.moved(5, NodeAddr::of_redirect("127.0.0.3:7002", &asked).unwrap());
+        let moved = map.layout().unwrap();
+        assert_ne!(moved.master_of(5), moved.master_of(0), "a MOVED changes it");
     }
 
     #[test]
