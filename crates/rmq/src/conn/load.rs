@@ -43,9 +43,6 @@ impl Redis {
         let Target::Cluster(seeds) = &self.target else {
             return;
         };
-        let Some(template) = seeds.nodes.first() else {
-            return;
-        };
         let mut conn = self.conn();
         let nodes: redis::RedisResult<String> = redis::cmd("CLUSTER")
             .arg("NODES")
@@ -68,22 +65,8 @@ impl Redis {
             let Ok(port) = port.parse::<u16>() else {
                 continue;
             };
-            let addr = match template.addr() {
-                redis::ConnectionAddr::TcpTls {
-                    insecure,
-                    tls_params,
-                    ..
-                } => redis::ConnectionAddr::TcpTls {
-                    host: host.to_string(),
-                    port,
-                    insecure: *insecure,
-                    tls_params: tls_params.clone(),
-                },
-                _ => redis::ConnectionAddr::Tcp(host.to_string(), port),
-            };
-            let info = template.clone().set_addr(addr);
             let load = async {
-                let client = redis::Client::open(info)?;
+                let client = seeds.client_for(host, port)?;
                 let mut c = client.get_multiplexed_async_connection().await?;
                 let mut pipe = redis::pipe();
                 for id in ScriptId::ALL {

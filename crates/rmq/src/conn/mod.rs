@@ -80,6 +80,35 @@ pub(crate) struct ClusterSeeds {
 }
 
 impl ClusterSeeds {
+    /// A client for one node of the cluster, with the seeds' credentials
+    /// and TLS settings (CA and client certificate included).
+    pub(crate) fn client_for(&self, host: &str, port: u16) -> redis::RedisResult<redis::Client> {
+        let Some(template) = self.nodes.first() else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "a cluster connection without seed nodes",
+            )));
+        };
+        let addr = match template.addr() {
+            redis::ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => redis::ConnectionAddr::TcpTls {
+                host: host.to_string(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => redis::ConnectionAddr::Tcp(host.to_string(), port),
+        };
+        let info = template.clone().set_addr(addr);
+        match &self.certs {
+            Some(certs) => redis::Client::build_with_tls(info, certs.clone()),
+            None => redis::Client::open(info),
+        }
+    }
+
     /// A builder with rmq's settings. Redirects and a node that went away
     /// are retried 20 times, waiting a random 20..500 ms (growing) between
     /// tries: ~5 s in all, enough to ride out a failover with a node
@@ -110,7 +139,8 @@ pub(crate) struct Redis {
     conn: std::sync::Arc<std::sync::RwLock<Conn>>,
     /// One check of a cluster connection at a time (`revive.rs`).
     reviving: std::sync::Arc<revive::Reviving>,
-    /// Durable sends only, made on first use: `WAIT` blocks the connection
+    /// A single node's durable sends only, made on first use (a cluster's
+    /// have `wait_routing`): `WAIT` blocks the connection
     /// it is sent on until the replicas answer (up to its timeout), which
     /// must not hold up consumers' pops and acks on the shared connection.
     pub(crate) wait_conn: std::sync::Arc<tokio::sync::OnceCell<Conn>>,

@@ -554,21 +554,8 @@ impl Routing {
         .shared()
     }
 
-    /// A client for one node, with the seeds' credentials and TLS.
     fn client_for(&self, addr: &NodeAddr) -> RedisResult<redis::Client> {
-        let Some(template) = self.seeds.nodes.first() else {
-            return Err(RedisError::from((
-                redis::ErrorKind::Client,
-                "a cluster connection without seed nodes",
-            )));
-        };
-        let info = template
-            .clone()
-            .set_addr(with_host_port(template.addr(), addr));
-        match &self.seeds.certs {
-            Some(certs) => redis::Client::build_with_tls(info, certs.clone()),
-            None => redis::Client::open(info),
-        }
+        self.seeds.client_for(&addr.host, addr.port)
     }
 
     /// Asks a master, else a seed, for the map of hash slots: one question
@@ -676,23 +663,6 @@ fn first_key(cmd: &Cmd) -> Option<&[u8]> {
     });
     let numkeys: usize = std::str::from_utf8(args.nth(2)?).ok()?.parse().ok()?;
     (numkeys > 0).then(|| args.next()).flatten()
-}
-
-/// A seed's address with another host and port (TLS settings kept).
-fn with_host_port(template: &redis::ConnectionAddr, addr: &NodeAddr) -> redis::ConnectionAddr {
-    match template {
-        redis::ConnectionAddr::TcpTls {
-            insecure,
-            tls_params,
-            ..
-        } => redis::ConnectionAddr::TcpTls {
-            host: addr.host.clone(),
-            port: addr.port,
-            insecure: *insecure,
-            tls_params: tls_params.clone(),
-        },
-        _ => redis::ConnectionAddr::Tcp(addr.host.clone(), addr.port),
-    }
 }
 
 /// The error of a call whose hash slot no known master serves.
