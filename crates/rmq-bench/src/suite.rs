@@ -92,7 +92,7 @@ pub(crate) async fn run_all(env: &Env, only: &[String]) -> Results {
     }
     if wants("memory") {
         for kind in KINDS {
-            for slots in [None, Some(crate::memory::COMPACT_SLOTS)] {
+            for slots in crate::memory::SLOT_COUNTS {
                 let label = slots.map(|s| format!("slots={s}")).unwrap_or_default();
                 let id = ("memory", kind, label);
                 run_case(env, &mut out, id, big_n, |cl| memory(env, cl, kind, slots)).await;

@@ -36,7 +36,6 @@ pub const SCRIPT_COMMANDS: &[&str] = &[
     "zcard",
     "zcount",
     "zmscore",
-    "zpopmax",
     "zpopmin",
     "zrange",
     "zrangebyscore",

@@ -32,8 +32,9 @@ pub(crate) mod settle;
 
 /// The helpers scripts share, one include per concern, in the order they
 /// are put before a script's body (a later one may use an earlier one).
-const INCLUDES: [(&str, &str); 7] = [
+const INCLUDES: [(&str, &str); 8] = [
     ("layout", include_str!("lua/layout.lua")),
+    ("pending", include_str!("lua/pending.lua")),
     ("records", include_str!("lua/records.lua")),
     ("notify", include_str!("lua/notify.lua")),
     ("lifecycle", include_str!("lua/lifecycle.lua")),

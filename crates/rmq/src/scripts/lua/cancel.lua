@@ -1,5 +1,5 @@
 -- cancel.lua: cancels messages of one slot by merge key.
--- Includes: layout records lifecycle
+-- Includes: layout pending records lifecycle
 --
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')
@@ -18,6 +18,7 @@
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
 local kind = ARGV[1]
+pending_use(kind)
 local now = now_ms()
 local bad = check_types()
 if bad then
@@ -31,9 +32,9 @@ for i = 2, #ARGV do
   local key = ARGV[i]
   local code = 0
   if redis.call('HEXISTS', K.d, key) == 1 then
-    local qs = redis.call('ZSCORE', K.q, key)
+    local qs = pending_score(key)
     if qs then
-      redis.call('ZREM', K.q, key)
+      pending_remove({ key })
       code = 1
       local meta = redis.call('HGET', K.a, key)
       if kind ~= 'p' and meta and meta_error(meta) and tonumber(qs) > now then

@@ -1,5 +1,5 @@
 -- dead_requeue.lua: gives dead letters of one slot a fresh start.
--- Includes: layout records notify
+-- Includes: layout pending records notify
 --
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')   ARGV[2] channel: for wake-up notices   ARGV[3] slot: its number
@@ -18,6 +18,7 @@
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
 local kind = ARGV[1]
+pending_use(kind)
 local channel = ARGV[2]
 local slot = ARGV[3]
 local all = ARGV[4] == '1'
@@ -48,7 +49,7 @@ for _, key in ipairs(keys) do
     redis.call('HDEL', K.X, key)
     redis.call('ZREM', K.x, key)
     local held = redis.call('HEXISTS', K.d, key) == 1
-    local waiting = redis.call('ZSCORE', K.q, key) or redis.call('ZSCORE', K.r, key)
+    local waiting = pending_score(key) or redis.call('ZSCORE', K.r, key)
     if held and not waiting then
       -- in flight: wait behind it
       local parked = redis.call('HGET', K.n, key)
@@ -64,7 +65,7 @@ for _, key in ipairs(keys) do
     else
       redis.call('HSET', K.d, key, p)
       redis.call('HDEL', K.a, key)
-      redis.call('ZADD', K.q, fmt(s), key)
+      pending_put({ key }, { s })
       requeued = requeued + 1
     end
   end

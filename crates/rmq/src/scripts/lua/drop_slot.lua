@@ -1,5 +1,5 @@
 -- drop_slot.lua: deletes every key of one slot (a topic being deleted).
--- Includes: layout records
+-- Includes: layout pending records
 --
 -- KEYS: the ten slot keys (see layout.lua), then the head index (and on a
 -- single node the marks) when the connection keeps one.
@@ -9,11 +9,22 @@
 --          duplicates and dead letters.
 
 local held = 0
-for _, name in ipairs({ 'q', 'r', 'f', 'x' }) do
+for _, name in ipairs({ 'r', 'f', 'x' }) do
   local t = redis.call('TYPE', K[name])['ok']
   if t == 'zset' then
     held = held + redis.call('ZCARD', K[name])
   end
+end
+-- The pending set (pending.lua) when its keys hold what rmq writes.
+local buckets = {}
+local mt, qt = redis.call('TYPE', K.m)['ok'], redis.call('TYPE', K.q)['ok']
+if (mt == 'hash' or mt == 'none') and (qt == 'zset' or qt == 'none') then
+  pending_use('f')
+  held = held + pending_count()
+  buckets = pending_bucket_keys()
+end
+if #buckets > 0 then
+  bulk('UNLINK', K.q, buckets, 1)
 end
 if redis.call('TYPE', K.n)['ok'] == 'hash' then
   for _, v in ipairs(redis.call('HVALS', K.n)) do

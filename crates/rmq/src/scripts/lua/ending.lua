@@ -12,6 +12,7 @@
 -- serial lease was not current (then nothing changed).
 local function settle_slot(kind, cfg, jitter, channel, slot, owner, epoch, ops, at, index_later)
   local now = now_ms()
+  pending_use(kind)
 
   -- Decode the operations and check their arguments before any write.
   local n = #ops
@@ -173,7 +174,7 @@ local function settle_slot(kind, cfg, jitter, channel, slot, owner, epoch, ops, 
             if a > 1 then
               redis.call('HSET', K.a, key, meta_make(a - 1, s, nil, origin))
             end
-            redis.call('ZADD', K.q, fmt(s), key)
+            pending_put({ key }, { s })
           end
           requeued = true
         else

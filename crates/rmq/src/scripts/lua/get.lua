@@ -1,5 +1,5 @@
 -- get.lua: where one merge key is in one slot, and everything about it (reads only).
--- Includes: layout records
+-- Includes: layout pending records
 --
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')   ARGV[2] key: the merge key
@@ -21,6 +21,7 @@
 -- entries as the slot has deliveries out).
 
 local kind = ARGV[1]
+pending_use(kind)
 local key = ARGV[2]
 local now = now_ms()
 local bad = check_types()
@@ -35,7 +36,7 @@ local parked_score, parked_payload = false, false
 local p = redis.call('HGET', K.d, key)
 if p then
   payload = p
-  local qs = redis.call('ZSCORE', K.q, key)
+  local qs = pending_score(key)
   local rs = redis.call('ZSCORE', K.r, key)
   local meta = redis.call('HGET', K.a, key)
   if meta then

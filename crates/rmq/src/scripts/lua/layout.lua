@@ -4,7 +4,9 @@
 -- to each script and nothing is global.
 --
 -- Every slot script receives the same ten keys, all under one hash tag:
---   KEYS[1] q  ZSET  pending messages: member = merge key, score = order
+--   KEYS[1] q  ZSET  pending messages, as an index: member = merge key at the
+--                    head of one bucket, score = its order. The messages
+--                    themselves live in the buckets <q>:<b> (pending.lua).
 --   KEYS[2] d  HASH  merge key -> payload of a pending, retry-waiting or in-flight message
 --   KEYS[3] f  ZSET  in flight: member = delivery id "<token>,<attempts>,<score>|<key>",
 --                    score = lease deadline (ms). The id carries everything a

@@ -25,7 +25,7 @@ local function release_parked(key, parked)
   end
   redis.call('HDEL', K.a, key)
   redis.call('HSET', K.d, key, p)
-  redis.call('ZADD', K.q, fmt(s), key)
+  pending_put({ key }, { s })
 end
 
 -- Ends an in-flight message that was cancelled (its entry in f already
@@ -149,12 +149,12 @@ local function fail(kind, id, err, delay, now, cfg, c, jitter)
       redis.call('ZADD', K.r, fmt(now + delay), key)
       c.retry_at = math.min(c.retry_at or (now + delay), now + delay)
     else
-      redis.call('ZADD', K.q, fmt(s), key)
+      pending_put({ key }, { s })
     end
   else
     local ns = now + delay
     redis.call('HSET', K.a, key, meta_make(a, ns, err, origin))
-    redis.call('ZADD', K.q, fmt(ns), key)
+    pending_put({ key }, { ns })
   end
   return 'retry'
 end

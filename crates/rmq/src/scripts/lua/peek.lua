@@ -1,6 +1,6 @@
 -- peek.lua: pending messages of one slot or of many slots of one node in
 -- consumption order, without taking them (reads only).
--- Includes: layout records
+-- Includes: layout pending records
 --
 -- KEYS: the ten slot keys (see layout.lua) of each slot, slot after slot
 --   (more than one slot on a single Redis node only).
@@ -12,6 +12,7 @@
 -- Error reply RMQ_BADARG when KEYS are not whole slots.
 
 local kind = ARGV[1]
+pending_use(kind)
 local limit = math.min(tonumber(ARGV[2]) or 0, 1000)
 local from = math.max(tonumber(ARGV[3]) or 0, 0)
 local slots = slots_in_keys()
@@ -24,12 +25,7 @@ local function slot_peek()
   if limit <= 0 then
     return res
   end
-  local r
-  if kind == 'p' then
-    r = redis.call('ZRANGE', K.q, from, from + limit - 1, 'REV', 'WITHSCORES')
-  else
-    r = redis.call('ZRANGE', K.q, from, from + limit - 1, 'WITHSCORES')
-  end
+  local r = pending_range(from, limit)
   res[1] = #r / 2
   if #r == 0 then
     return res

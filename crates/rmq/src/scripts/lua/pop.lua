@@ -1,5 +1,5 @@
 -- pop.lua: takes due messages of one slot into flight (phase one of two).
--- Includes: layout records notify lifecycle fence take
+-- Includes: layout pending records notify lifecycle fence take
 --
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind: 'p' | 'f' | 'r'

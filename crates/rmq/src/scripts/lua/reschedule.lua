@@ -1,5 +1,5 @@
 -- reschedule.lua: gives a waiting message of one slot a new due time or priority.
--- Includes: layout records notify
+-- Includes: layout pending records notify
 --
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')   ARGV[2] channel: for wake-up notices   ARGV[3] slot: its number
@@ -20,6 +20,7 @@
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
 local kind = ARGV[1]
+pending_use(kind)
 local channel = ARGV[2]
 local slot = ARGV[3]
 local key = ARGV[4]
@@ -69,9 +70,9 @@ if redis.call('HEXISTS', K.d, key) == 0 then
   return { now, -1, false }
 end
 local meta = redis.call('HGET', K.a, key)
-if redis.call('ZSCORE', K.q, key) then
+if pending_score(key) then
   score = new_score()
-  redis.call('ZADD', K.q, fmt(score), key)
+  pending_put({ key }, { score })
   code = 1
   if meta then
     local a = meta_parse(meta)

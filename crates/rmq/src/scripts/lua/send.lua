@@ -1,5 +1,5 @@
 -- send.lua: adds messages to one slot, merging duplicates by merge key.
--- Includes: layout records notify lifecycle
+-- Includes: layout pending records notify lifecycle
 --
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind: 'p' priority | 'f' fixed-time | 'r' range-merge
@@ -21,6 +21,7 @@
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
 local kind = ARGV[1]
+pending_use(kind)
 local max_payload = tonumber(ARGV[2])
 local tolerance = tonumber(ARGV[3])
 local channel = ARGV[4]
@@ -109,7 +110,7 @@ for i = 1, n do
   end
 end
 if #ukeys > 0 then
-  local qs = redis.call('ZMSCORE', K.q, unpack(ukeys))
+  local qs = pending_scores(ukeys)
   local rs = {}
   if kind == 'p' and redis.call('ZCARD', K.r) > 0 then
     rs = redis.call('ZMSCORE', K.r, unpack(ukeys))
@@ -199,7 +200,7 @@ for i = 1, n do
       local ns = merged_score(st.score, v)
       if ns ~= st.score then
         st.score = ns
-        put(zadd, zpos, key, fmt(ns))
+        put(zadd, zpos, key, ns)
       end
       put(dset, dpos, key, payload)
       codes[i] = 2
@@ -223,22 +224,19 @@ for i = 1, n do
       local sc = new_score(v)
       st.where = 'q'
       st.score = sc
-      put(zadd, zpos, key, fmt(sc))
+      put(zadd, zpos, key, sc)
       put(dset, dpos, key, payload)
       codes[i] = 1
     end
   end
 end
 
--- ZADD takes score before member.
-local zargs = {}
+local put_keys, put_scores = {}, {}
 for j = 1, #zadd, 2 do
-  zargs[#zargs + 1] = zadd[j + 1]
-  zargs[#zargs + 1] = zadd[j]
+  put_keys[#put_keys + 1] = zadd[j]
+  put_scores[#put_scores + 1] = zadd[j + 1]
 end
-if #zargs > 0 then
-  bulk('ZADD', K.q, zargs, 2)
-end
+pending_put(put_keys, put_scores)
 if #dset > 0 then
   bulk('HSET', K.d, dset, 2)
 end

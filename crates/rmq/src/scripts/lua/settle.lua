@@ -1,5 +1,5 @@
 -- settle.lua: ends or extends in-flight deliveries of one slot (phase two).
--- Includes: layout records notify lifecycle fence ending
+-- Includes: layout pending records notify lifecycle fence ending
 --
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind: 'p' | 'f' | 'r'

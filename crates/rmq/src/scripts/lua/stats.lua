@@ -1,6 +1,6 @@
 -- stats.lua: depth per state and counters of one slot or of many slots of
 -- one node (reads only).
--- Includes: layout records
+-- Includes: layout pending records
 --
 -- KEYS: the ten slot keys (see layout.lua) of each slot, slot after slot
 --   (more than one slot on a single Redis node only).
@@ -13,6 +13,7 @@
 -- Error reply RMQ_BADARG when KEYS are not whole slots.
 
 local kind = ARGV[1]
+pending_use(kind)
 local slots = slots_in_keys()
 if not slots then
   return redis.error_reply('RMQ_BADARG stats: ten keys per slot')
@@ -33,10 +34,10 @@ local function slot_stats()
       end
     end
   end
-  local pending = redis.call('ZCARD', K.q)
+  local pending = pending_count()
   local due = pending
   if kind ~= 'p' then
-    due = redis.call('ZCOUNT', K.q, '-inf', now)
+    due = pending_due(now)
   end
   local res = {
     pending, due, redis.call('ZCARD', K.r), redis.call('ZCARD', K.f),

@@ -10,6 +10,7 @@
 local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner, epoch)
   local count = wanted
   local now = now_ms()
+  pending_use(kind)
 
   local fence_ok, leased, leased_until, paused = lease_check(owner, epoch, now)
   if not fence_ok then
@@ -64,18 +65,16 @@ local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner,
   if kind == 'p' then
     if #ready > 0 then
       local metas = redis.call('HMGET', K.a, unpack(ready))
-      local zargs = {}
+      local back, back_scores = {}, {}
       for i, key in ipairs(ready) do
         if metas[i] then
           local _, s = meta_parse(metas[i])
-          zargs[#zargs + 1] = fmt(s)
-          zargs[#zargs + 1] = key
+          back[#back + 1] = key
+          back_scores[#back_scores + 1] = s
         end
       end
       redis.call('ZREM', K.r, unpack(ready))
-      if #zargs > 0 then
-        redis.call('ZADD', K.q, unpack(zargs))
-      end
+      pending_put(back, back_scores)
     end
   end
 
@@ -84,22 +83,7 @@ local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner,
   end
 
   -- 3. Take up to count due messages.
-  local keys, scores = {}, {}
-  if count > 0 then
-    local taken
-    if kind == 'p' then
-      taken = redis.call('ZPOPMAX', K.q, count)
-    else
-      taken = redis.call('ZRANGEBYSCORE', K.q, '-inf', now, 'WITHSCORES', 'LIMIT', 0, count)
-    end
-    for i = 1, #taken, 2 do
-      keys[#keys + 1] = taken[i]
-      scores[#scores + 1] = taken[i + 1]
-    end
-    if kind ~= 'p' and #keys > 0 then
-      redis.call('ZREM', K.q, unpack(keys))
-    end
-  end
+  local keys, scores = pending_take(count, kind ~= 'p' and now or nil)
 
   local out = {}
   local got = #keys

@@ -1,0 +1,605 @@
+-- pending.lua: a slot's pending messages, kept in small sorted sets so that
+-- each costs Redis the least memory (issue 21 item 5).
+--
+-- One sorted set of all pending messages costs ~280 bytes a message once it
+-- outgrows Redis' compact (listpack) encoding at 128 members: a skiplist
+-- node and a dict entry each. So the pending messages of a slot live in
+-- buckets chosen by a hash of their merge key, each a sorted set small
+-- enough to stay a listpack (~30 bytes a member):
+--   <q>:<b>  ZSET  bucket b (0 <= b < qb): member = merge key, score = order
+--   q        ZSET  the index: each non-empty bucket's head (its first member
+--                  in consumption order) with its score. Its own first member
+--                  is therefore the slot's next message, so every reader of
+--                  the head (notify.lua's head, firsts.lua) reads q as before.
+--   m        qb = number of buckets, qn = pending messages (both absent on a
+--                  slot that never had one).
+-- Buckets are addressed by linear hashing: with n buckets and p the largest
+-- power of two <= n, a key of hash h is in bucket h mod 2p, or h mod p when
+-- that is >= n. The set grows one bucket at a time (splitting bucket
+-- n - p, which moves about half of it) when it holds more than LOAD
+-- messages a bucket on average, and shrinks the same way (merging the last
+-- bucket into its buddy) below LOAD / 4. Every key stays where its hash
+-- says, so a lookup by key reads one small set.
+--
+-- Consumption order is the order of one sorted set: score, then member
+-- bytes on equal scores (ascending; priority topics: both descending, as
+-- ZPOPMAX). Pop merges the buckets through the index (see pending_take).
+--
+-- A slot written by a version before buckets holds all its pending messages
+-- in q itself and no qb: readers read it as it is, and the first write
+-- moves it into bucket 0 and builds the index; the set then grows by its
+-- normal splits (PENDING_SPLITS_PER_CALL at a time).
+
+local PENDING_LOAD = 48
+local PENDING_SPLITS_PER_CALL = 64
+local PENDING_MERGES_PER_CALL = 64
+
+-- Consumption order: true on priority topics (highest first). Set once per
+-- call by pending_use before any other helper here.
+local PENDING_REV = nil
+
+local function pending_use(kind)
+  PENDING_REV = kind == 'p'
+end
+
+-- Whether merge key a sorts before b as Redis orders members (bytes, not
+-- the locale's collation that Lua's '<' uses).
+local function member_before(a, b)
+  if a == b then
+    return false
+  end
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
+-- Whether (s1, k1) comes before (s2, k2) in consumption order (scores as numbers).
+local function comes_before(s1, k1, s2, k2)
+  if s1 ~= s2 then
+    if PENDING_REV then
+      return s1 > s2
+    end
+    return s1 < s2
+  end
+  if PENDING_REV then
+    return member_before(k2, k1)
+  end
+  return member_before(k1, k2)
+end
+
+local function pow2_floor(n)
+  local p = 1
+  while p * 2 <= n do
+    p = p * 2
+  end
+  return p
+end
+
+local function key_hash(key)
+  return tonumber(string.sub(redis.sha1hex(key), 1, 8), 16)
+end
+
+local function bucket_of(h, n)
+  if n <= 1 then
+    return 0
+  end
+  local p = pow2_floor(n)
+  local b = h % (2 * p)
+  if b >= n then
+    b = b - p
+  end
+  return b
+end
+
+-- The bucket state of the slot K points at, read once per slot per call.
+local PENDING = {}
+
+local function pending_state(writing)
+  assert(PENDING_REV ~= nil, 'pending_use before the pending set')
+  local st = PENDING[K.m]
+  if not st then
+    local v = redis.call('HMGET', K.m, 'qb', 'qn')
+    st = { n = tonumber(v[1]) or 0, c = tonumber(v[2]) or 0, legacy = false }
+    if st.n == 0 and redis.call('EXISTS', K.q) == 1 then
+      st.legacy = true
+    end
+    PENDING[K.m] = st
+  end
+  if writing and st.legacy then
+    -- Written by an older version: q is the whole set. It becomes bucket 0.
+    local b0 = K.q .. ':0'
+    local all = redis.call('ZRANGE', K.q, 0, -1, 'WITHSCORES')
+    local args = {}
+    for i = 1, #all, 2 do
+      args[#args + 1] = all[i + 1]
+      args[#args + 1] = all[i]
+    end
+    redis.call('UNLINK', K.q)
+    bulk('ZADD', b0, args, 2)
+    st.legacy, st.n, st.c = false, 1, #all / 2
+    local h = PENDING_REV and redis.call('ZRANGE', b0, 0, 0, 'REV', 'WITHSCORES')
+      or redis.call('ZRANGE', b0, 0, 0, 'WITHSCORES')
+    if h[1] then
+      redis.call('ZADD', K.q, h[2], h[1])
+    end
+    redis.call('HSET', K.m, 'qb', '1', 'qn', fmt(st.c))
+  end
+  return st
+end
+
+local function bucket_key(st, b)
+  if st.legacy then
+    return K.q
+  end
+  return K.q .. ':' .. b
+end
+
+local function bucket_for(st, key)
+  if st.n <= 1 then
+    return 0
+  end
+  return bucket_of(key_hash(key), st.n)
+end
+
+-- A bucket's head: key, score (number), or nil.
+local function bucket_head(bk)
+  local r
+  if PENDING_REV then
+    r = redis.call('ZRANGE', bk, 0, 0, 'REV', 'WITHSCORES')
+  else
+    r = redis.call('ZRANGE', bk, 0, 0, 'WITHSCORES')
+  end
+  if r[1] then
+    return r[1], tonumber(r[2])
+  end
+  return nil, nil
+end
+
+-- Replaces a bucket's entry in the index: old head key (or nil) by the new
+-- head (or nil), into the lists of removals and additions of one call.
+local function index_change(changes, old_key, new_key, new_score)
+  if old_key and old_key ~= new_key then
+    changes.rem[#changes.rem + 1] = old_key
+  end
+  if new_key then
+    changes.add[#changes.add + 1] = fmt(new_score)
+    changes.add[#changes.add + 1] = new_key
+  end
+end
+
+local function index_apply(changes)
+  if #changes.rem > 0 then
+    bulk('ZREM', K.q, changes.rem, 1)
+  end
+  if #changes.add > 0 then
+    bulk('ZADD', K.q, changes.add, 2)
+  end
+end
+
+-- Reads a whole bucket: keys and scores (numbers).
+local function bucket_all(bk)
+  local r = redis.call('ZRANGE', bk, 0, -1, 'WITHSCORES')
+  local keys, scores = {}, {}
+  for i = 1, #r, 2 do
+    keys[#keys + 1] = r[i]
+    scores[#scores + 1] = tonumber(r[i + 1])
+  end
+  return keys, scores
+end
+
+-- The first of keys/scores in consumption order: key, score, or nil.
+local function best_of(keys, scores)
+  local bk, bs
+  for i, k in ipairs(keys) do
+    if not bk or comes_before(scores[i], k, bs, bk) then
+      bk, bs = k, scores[i]
+    end
+  end
+  return bk, bs
+end
+
+local function zadd_args(keys, scores)
+  local args = {}
+  for i, k in ipairs(keys) do
+    args[#args + 1] = fmt(scores[i])
+    args[#args + 1] = k
+  end
+  return args
+end
+
+-- Adds bucket n (its buddy n - p gives it the keys that now hash to it).
+local function pending_split(st)
+  local new = st.n
+  local buddy = new - pow2_floor(new)
+  st.n = new + 1
+  local bk, nk = bucket_key(st, buddy), bucket_key(st, new)
+  local keys, scores = bucket_all(bk)
+  local old_head = best_of(keys, scores)
+  local stay_k, stay_s, move_k, move_s = {}, {}, {}, {}
+  for i, k in ipairs(keys) do
+    if bucket_of(key_hash(k), st.n) == new then
+      move_k[#move_k + 1], move_s[#move_s + 1] = k, scores[i]
+    else
+      stay_k[#stay_k + 1], stay_s[#stay_s + 1] = k, scores[i]
+    end
+  end
+  if #move_k == 0 then
+    return
+  end
+  if #keys > 128 then
+    -- Rewritten whole: a set that outgrew the listpack keeps its big
+    -- encoding until it is deleted.
+    redis.call('UNLINK', bk)
+    if #stay_k > 0 then
+      bulk('ZADD', bk, zadd_args(stay_k, stay_s), 2)
+    end
+  else
+    bulk('ZREM', bk, move_k, 1)
+  end
+  bulk('ZADD', nk, zadd_args(move_k, move_s), 2)
+  local changes = { rem = {}, add = {} }
+  local sk, ss = best_of(stay_k, stay_s)
+  index_change(changes, old_head, sk, ss)
+  local mk, ms = best_of(move_k, move_s)
+  index_change(changes, nil, mk, ms)
+  index_apply(changes)
+end
+
+-- Removes the last bucket, its keys moving into its buddy.
+local function pending_merge(st)
+  local last = st.n - 1
+  local buddy = last - pow2_floor(last)
+  local lk, bk = bucket_key(st, last), bucket_key(st, buddy)
+  st.n = last
+  local keys, scores = bucket_all(lk)
+  if #keys == 0 then
+    return
+  end
+  local last_head, last_score = best_of(keys, scores)
+  local buddy_head, buddy_score = bucket_head(bk)
+  bulk('ZADD', bk, zadd_args(keys, scores), 2)
+  redis.call('UNLINK', lk)
+  if buddy_head and comes_before(buddy_score, buddy_head, last_score, last_head) then
+    redis.call('ZREM', K.q, last_head)
+  elseif buddy_head then
+    redis.call('ZREM', K.q, buddy_head)
+  end
+end
+
+-- Writes the bucket count and size, growing or shrinking the set first.
+local function pending_settle(st)
+  local splits, merges = 0, 0
+  while st.c > st.n * PENDING_LOAD and splits < PENDING_SPLITS_PER_CALL do
+    pending_split(st)
+    splits = splits + 1
+  end
+  while st.n > 1 and st.c * 4 < st.n * PENDING_LOAD and merges < PENDING_MERGES_PER_CALL do
+    pending_merge(st)
+    merges = merges + 1
+  end
+  redis.call('HSET', K.m, 'qb', fmt(st.n), 'qn', fmt(st.c))
+end
+
+-- Groups keys (and values alongside) by bucket: { [b] = { keys, values } }
+-- and the buckets in first-seen order.
+local function by_bucket(st, keys, values)
+  local groups, order = {}, {}
+  for i, k in ipairs(keys) do
+    local b = bucket_for(st, k)
+    local g = groups[b]
+    if not g then
+      g = { keys = {}, values = {}, at = {} }
+      groups[b] = g
+      order[#order + 1] = b
+    end
+    g.keys[#g.keys + 1] = k
+    g.at[#g.at + 1] = i
+    if values then
+      g.values[#g.values + 1] = values[i]
+    end
+  end
+  return groups, order
+end
+
+-- The scores of keys (strings, false where not pending), as ZMSCORE.
+local function pending_scores(keys)
+  local st = pending_state(false)
+  local out = {}
+  if #keys == 0 then
+    return out
+  end
+  if st.legacy then
+    return redis.call('ZMSCORE', K.q, unpack(keys))
+  end
+  for i = 1, #keys do
+    out[i] = false
+  end
+  if st.n == 0 then
+    return out
+  end
+  local groups, order = by_bucket(st, keys)
+  for _, b in ipairs(order) do
+    local g = groups[b]
+    local r = redis.call('ZMSCORE', bucket_key(st, b), unpack(g.keys))
+    for j, i in ipairs(g.at) do
+      out[i] = r[j] or false
+    end
+  end
+  return out
+end
+
+-- The score of one key (a string), or nil when it is not pending.
+local function pending_score(key)
+  local st = pending_state(false)
+  if not st.legacy and st.n == 0 then
+    return nil
+  end
+  local s = redis.call('ZSCORE', bucket_key(st, bucket_for(st, key)), key)
+  return s or nil
+end
+
+-- Adds keys with scores (numbers), or moves those already pending to
+-- their new scores. Each key at most once per call.
+local function pending_put(keys, scores)
+  if #keys == 0 then
+    return
+  end
+  local st = pending_state(true)
+  if st.n == 0 then
+    st.n = 1
+  end
+  local groups, order = by_bucket(st, keys, scores)
+  local changes = { rem = {}, add = {} }
+  for _, b in ipairs(order) do
+    local g = groups[b]
+    local bk = bucket_key(st, b)
+    local old_key, old_score = bucket_head(bk)
+    local args = zadd_args(g.keys, g.values)
+    for i = 1, #args, 4000 do
+      st.c = st.c + redis.call('ZADD', bk, unpack(args, i, math.min(i + 3999, #args)))
+    end
+    -- The new head: the old one unless a put key comes before it, or the
+    -- old head itself moved (then read it again).
+    local moved_head = false
+    for _, k in ipairs(g.keys) do
+      if k == old_key then
+        moved_head = true
+      end
+    end
+    local new_key, new_score
+    if moved_head then
+      new_key, new_score = bucket_head(bk)
+    else
+      new_key, new_score = old_key, old_score
+      for j, k in ipairs(g.keys) do
+        if not new_key or comes_before(g.values[j], k, new_score, new_key) then
+          new_key, new_score = k, g.values[j]
+        end
+      end
+    end
+    if new_key ~= old_key or new_score ~= old_score then
+      index_change(changes, old_key, new_key, new_score)
+    end
+  end
+  index_apply(changes)
+  pending_settle(st)
+end
+
+-- Removes keys from the pending set; returns how many were pending.
+local function pending_remove(keys)
+  if #keys == 0 then
+    return 0
+  end
+  local st = pending_state(true)
+  if st.n == 0 then
+    return 0
+  end
+  local groups, order = by_bucket(st, keys)
+  local changes = { rem = {}, add = {} }
+  local removed = 0
+  for _, b in ipairs(order) do
+    local g = groups[b]
+    local bk = bucket_key(st, b)
+    local old_key = bucket_head(bk)
+    local n = 0
+    for i = 1, #g.keys, 4000 do
+      n = n + redis.call('ZREM', bk, unpack(g.keys, i, math.min(i + 3999, #g.keys)))
+    end
+    removed = removed + n
+    local head_gone = false
+    for _, k in ipairs(g.keys) do
+      if k == old_key then
+        head_gone = true
+      end
+    end
+    if head_gone then
+      local new_key, new_score = bucket_head(bk)
+      index_change(changes, old_key, new_key, new_score)
+    end
+  end
+  index_apply(changes)
+  st.c = math.max(st.c - removed, 0)
+  pending_settle(st)
+  return removed
+end
+
+-- Takes up to count messages off the front of the pending set, in
+-- consumption order, stopping at a score above limit (nil: no limit).
+-- Returns keys and their scores (strings).
+--
+-- The first count messages lie in buckets whose heads are among the first
+-- count entries of the index, so one read of the index's first count + 1
+-- entries finds every bucket this call takes from. The buckets are then
+-- merged in memory: a run is taken from the bucket at the front while it
+-- comes before the next bucket's head, and that bucket's next member takes
+-- its place among the heads. Each bucket touched is read once per run and
+-- written once; the index is written once.
+local function pending_take(count, limit)
+  local keys, scores = {}, {}
+  if count <= 0 then
+    return keys, scores
+  end
+  local st = pending_state(true)
+  if st.n == 0 then
+    return keys, scores
+  end
+  local r
+  if PENDING_REV then
+    r = redis.call('ZRANGE', K.q, 0, count, 'REV', 'WITHSCORES')
+  else
+    r = redis.call('ZRANGE', K.q, 0, count, 'WITHSCORES')
+  end
+  local heads = {}
+  for i = 1, #r, 2 do
+    heads[#heads + 1] = { k = r[i], s = tonumber(r[i + 1]) }
+  end
+  local function place(h)
+    local lo, hi = 1, #heads + 1
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if comes_before(heads[mid].s, heads[mid].k, h.s, h.k) then
+        lo = mid + 1
+      else
+        hi = mid
+      end
+    end
+    table.insert(heads, lo, h)
+  end
+  local taken, old_head, new_head, touched = {}, {}, {}, {}
+  while #keys < count and #heads > 0 do
+    local h = heads[1]
+    if limit and h.s > limit then
+      break
+    end
+    table.remove(heads, 1)
+    local b = h.b or bucket_for(st, h.k)
+    if not taken[b] then
+      taken[b] = {}
+      old_head[b] = h.k
+      touched[#touched + 1] = b
+    end
+    local want = count - #keys
+    local off = #taken[b]
+    local run
+    if PENDING_REV then
+      run = redis.call('ZRANGE', bucket_key(st, b), off, off + want, 'REV', 'WITHSCORES')
+    else
+      run = redis.call('ZRANGE', bucket_key(st, b), off, off + want, 'WITHSCORES')
+    end
+    local nxt = heads[1]
+    new_head[b] = false
+    for i = 1, #run, 2 do
+      local k, s = run[i], tonumber(run[i + 1])
+      if #keys >= count or (limit and s > limit) or (i > 1 and nxt and not comes_before(s, k, nxt.s, nxt.k)) then
+        new_head[b] = { k = k, s = s, b = b }
+        place(new_head[b])
+        break
+      end
+      keys[#keys + 1] = k
+      scores[#scores + 1] = run[i + 1]
+      taken[b][#taken[b] + 1] = k
+    end
+  end
+  local changes = { rem = {}, add = {} }
+  for _, b in ipairs(touched) do
+    if #taken[b] > 0 then
+      bulk('ZREM', bucket_key(st, b), taken[b], 1)
+    end
+    local nh = new_head[b]
+    index_change(changes, old_head[b], nh and nh.k, nh and nh.s)
+  end
+  index_apply(changes)
+  st.c = math.max(st.c - #keys, 0)
+  pending_settle(st)
+  return keys, scores
+end
+
+-- Pending messages in consumption order from position from (0-based), at
+-- most limit, as ZRANGE ... WITHSCORES answers (key, score, ...). Reads only.
+local function pending_range(from, limit)
+  local st = pending_state(false)
+  if st.legacy then
+    if PENDING_REV then
+      return redis.call('ZRANGE', K.q, from, from + limit - 1, 'REV', 'WITHSCORES')
+    end
+    return redis.call('ZRANGE', K.q, from, from + limit - 1, 'WITHSCORES')
+  end
+  if st.n == 0 or limit <= 0 then
+    return {}
+  end
+  local m = from + limit
+  -- The first m messages lie in the buckets of the first m heads, and none
+  -- comes after the m-th head.
+  local r
+  if PENDING_REV then
+    r = redis.call('ZRANGE', K.q, 0, m - 1, 'REV', 'WITHSCORES')
+  else
+    r = redis.call('ZRANGE', K.q, 0, m - 1, 'WITHSCORES')
+  end
+  -- With fewer heads than m, every member of their buckets may count.
+  local bound = r[#r]
+  if #r < 2 * m then
+    bound = PENDING_REV and '-inf' or '+inf'
+  end
+  local all = {}
+  for i = 1, #r, 2 do
+    local bk = bucket_key(st, bucket_for(st, r[i]))
+    local got
+    if PENDING_REV then
+      got = redis.call('ZRANGE', bk, '+inf', bound, 'BYSCORE', 'REV', 'LIMIT', 0, m, 'WITHSCORES')
+    else
+      got = redis.call('ZRANGE', bk, '-inf', bound, 'BYSCORE', 'LIMIT', 0, m, 'WITHSCORES')
+    end
+    for j = 1, #got, 2 do
+      all[#all + 1] = { k = got[j], s = tonumber(got[j + 1]), raw = got[j + 1] }
+    end
+  end
+  table.sort(all, function(a, b)
+    return comes_before(a.s, a.k, b.s, b.k)
+  end)
+  local out = {}
+  for i = from + 1, math.min(m, #all) do
+    out[#out + 1] = all[i].k
+    out[#out + 1] = all[i].raw
+  end
+  return out
+end
+
+-- How many messages are pending. Reads only.
+local function pending_count()
+  local st = pending_state(false)
+  if st.legacy then
+    return redis.call('ZCARD', K.q)
+  end
+  return st.c
+end
+
+-- How many pending messages have a score <= now (due). Reads only.
+local function pending_due(now)
+  local st = pending_state(false)
+  if st.legacy then
+    return redis.call('ZCOUNT', K.q, '-inf', now)
+  end
+  local due = 0
+  for _, k in ipairs(redis.call('ZRANGE', K.q, '-inf', now, 'BYSCORE')) do
+    due = due + redis.call('ZCOUNT', bucket_key(st, bucket_for(st, k)), '-inf', now)
+  end
+  return due
+end
+
+-- Every key the pending set uses besides q (for deleting a slot).
+local function pending_bucket_keys()
+  local st = pending_state(false)
+  local out = {}
+  if not st.legacy then
+    for b = 0, st.n - 1 do
+      out[#out + 1] = bucket_key(st, b)
+    end
+  end
+  return out
+end

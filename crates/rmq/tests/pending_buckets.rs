@@ -1,0 +1,280 @@
+//! A slot's pending messages live in small sorted sets, buckets chosen by a
+//! hash of the merge key, under an index of their heads (`pending.lua`,
+//! issue 21 item 5). These tests fill one slot far past one bucket, so that
+//! the set splits many times, and hold the invariants the single sorted set
+//! gave for free: consumption order across buckets (priority, FIFO among
+//! equals; time-based: due time, then key bytes on equal due times), exact
+//! counts, every bucket in Redis' compact encoding, nothing left behind when
+//! the slot empties, and a slot written by the version before buckets read
+//! and taken as it was.
+#![allow(clippy::unwrap_used)]
+mod common;
+
+use common::*;
+use rmq::{Delivery, Message, Reschedule, State, Topic, TopicKind};
+
+/// Sends in batches of 500.
+async fn send_all(topic: &Topic, messages: Vec<Message>) {
+    for chunk in messages.chunks(500) {
+        topic.send_batch(chunk).await.unwrap();
+    }
+}
+
+/// Takes everything due, in calls of varied sizes (1, 7, 100, 1000), and
+/// holds the deliveries (a dropped one goes back to the slot).
+async fn take_all(topic: &Topic) -> (Vec<String>, Vec<Delivery>) {
+    let mut held = Vec::new();
+    for round in 0.. {
+        let max = [1, 7, 100, 1000][round % 4];
+        let got = topic.take(max).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        held.extend(got);
+    }
+    (held.iter().map(|d| text(&d.key)).collect(), held)
+}
+
+/// The same sequence, or where they part.
+fn assert_same_order(got: &[String], expected: &[String]) {
+    if let Some(i) = (0..got.len().min(expected.len())).find(|&i| got[i] != expected[i]) {
+        panic!(
+            "order differs at {i}: got {:?}, expected {:?}",
+            &got[i..(i + 5).min(got.len())],
+            &expected[i..(i + 5).min(expected.len())]
+        );
+    }
+    assert_eq!(got.len(), expected.len(), "how many");
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn keys_of(value: redis::Value) -> Vec<String> {
+    match value {
+        redis::Value::Array(items) => items
+            .into_iter()
+            .map(|v| match v {
+                redis::Value::BulkString(b) => String::from_utf8(b).unwrap(),
+                v => panic!("unexpected {v:?}"),
+            })
+            .collect(),
+        v => panic!("unexpected {v:?}"),
+    }
+}
+
+/// The slot's bucket keys (`<q>:<b>`).
+async fn buckets(backend: &Backend, topic: &Topic) -> Vec<String> {
+    let q = topic.keys_of_slot(0)[0].clone();
+    keys_of(raw(backend, &["KEYS", &format!("{q}:*")]).await)
+}
+
+async fn encodings(backend: &Backend, keys: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for k in keys {
+        match raw(backend, &["OBJECT", "ENCODING", k]).await {
+            redis::Value::BulkString(b) => out.push(String::from_utf8(b).unwrap()),
+            v => panic!("unexpected {v:?}"),
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_priority_slot_of_many_buckets_gives_highest_first_and_fifo_among_equals() {
+    let (backend, _c, topic) = setup(TopicKind::Priority, 1).await;
+    let n = 6_000u32;
+    let priority = |i: u32| (i * 7_919) % 10;
+    send_all(
+        &topic,
+        (0..n)
+            .map(|i| {
+                Message::new(format!("p{i}"))
+                    .key(format!("k{i}"))
+                    .priority(priority(i))
+            })
+            .collect(),
+    )
+    .await;
+    // Cancelled messages leave the set wherever they are.
+    let cancelled: Vec<String> = (0..n).step_by(10).map(|i| format!("k{i}")).collect();
+    let refs: Vec<&[u8]> = cancelled.iter().map(|k| k.as_bytes()).collect();
+    topic.cancel(&refs).await.unwrap();
+
+    // Rescheduled to priority 9: at the back of its FIFO, in this order.
+    let moved: Vec<u32> = (0..1_000).filter(|i| i % 10 == 5).rev().collect();
+    for &i in &moved {
+        topic
+            .reschedule(format!("k{i}").as_bytes(), Reschedule::Priority(9))
+            .await
+            .unwrap();
+    }
+    // Merged duplicates: found by key in whatever bucket holds them.
+    let merged: Vec<u32> = (0..500).filter(|i| i % 10 == 3).collect();
+    let again: Vec<Message> = merged
+        .iter()
+        .map(|i| {
+            Message::new(format!("again{i}"))
+                .key(format!("k{i}"))
+                .priority(8)
+        })
+        .collect();
+    topic.send_batch(&again).await.unwrap();
+    for &i in &merged {
+        let found = topic.get(format!("k{i}").as_bytes()).await.unwrap();
+        assert_eq!(
+            (found.state, found.priority, found.payload),
+            (
+                State::Pending,
+                Some(8),
+                Some(format!("again{i}").into_bytes())
+            )
+        );
+    }
+
+    let mut expected: Vec<u32> = (0..n)
+        .filter(|i| i % 10 != 0 && !moved.contains(i))
+        .collect();
+    expected.sort_by_key(|&i| (std::cmp::Reverse(priority(i)), i));
+    let first_below_9 = expected.iter().position(|&i| priority(i) < 9).unwrap();
+    expected.splice(first_below_9..first_below_9, moved.iter().copied());
+    let expected: Vec<String> = expected.iter().map(|i| format!("k{i}")).collect();
+
+    let st = topic.stats().await.unwrap().total;
+    assert_eq!(st.pending, expected.len() as u64);
+    let b = buckets(&backend, &topic).await;
+    assert!(b.len() >= 64, "the set split: {} buckets", b.len());
+    assert!(
+        encodings(&backend, &b)
+            .await
+            .iter()
+            .all(|e| e == "listpack"),
+        "every bucket stays compact"
+    );
+    let peeked: Vec<String> = topic
+        .peek(50)
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| text(&p.key))
+        .collect();
+    assert_eq!(peeked, expected[..50]);
+
+    let (taken, _held) = take_all(&topic).await;
+    // The merged keys' places depend on the merge rule, not on buckets:
+    // every one is taken, and the rest keep their order.
+    let merged_keys: Vec<String> = merged.iter().map(|i| format!("k{i}")).collect();
+    let unmerged = |v: &[String]| -> Vec<String> {
+        v.iter()
+            .filter(|k| !merged_keys.contains(k))
+            .cloned()
+            .collect()
+    };
+    assert_same_order(&unmerged(&taken), &unmerged(&expected));
+    assert_eq!(taken.len(), expected.len());
+    assert_eq!(topic.stats().await.unwrap().total.pending, 0);
+    assert!(
+        buckets(&backend, &topic).await.is_empty(),
+        "an empty slot keeps no bucket"
+    );
+}
+
+#[tokio::test]
+async fn a_time_slot_of_many_buckets_gives_due_order_then_key_bytes_and_keeps_what_is_not_due() {
+    let (backend, _c, topic) = setup(TopicKind::FixedTime, 1).await;
+    let now = now_ms();
+    let n = 5_000i64;
+    // 100 distinct due times, due within ~3 s: 50 keys share each.
+    let due = |i: i64| now + 3_000 + (i * 37) % 100;
+    let mut messages: Vec<Message> = (0..n)
+        .map(|i| Message::new("x").key(format!("k{i}")).at_ms(due(i)))
+        .collect();
+    messages.extend((0..500).map(|i| {
+        Message::new("later")
+            .key(format!("later{i}"))
+            .at_ms(now + 3_600_000 + i)
+    }));
+    send_all(&topic, messages).await;
+
+    let mut expected: Vec<i64> = (0..n).collect();
+    expected.sort_by(|&a, &b| {
+        (due(a), format!("k{a}").into_bytes()).cmp(&(due(b), format!("k{b}").into_bytes()))
+    });
+    let expected: Vec<String> = expected.iter().map(|i| format!("k{i}")).collect();
+
+    let st = topic.stats().await.unwrap().total;
+    assert_eq!(st.pending, 5_500);
+    let peeked: Vec<String> = topic
+        .peek(40)
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| text(&p.key))
+        .collect();
+    assert_eq!(peeked, expected[..40]);
+
+    // Wait until every first message is due.
+    let wait = now + 3_200 - now_ms();
+    tokio::time::sleep(std::time::Duration::from_millis(wait.max(0) as u64)).await;
+    let (taken, _held) = take_all(&topic).await;
+    assert_same_order(&taken, &expected);
+    let st = topic.stats().await.unwrap().total;
+    assert_eq!((st.pending, st.due_now), (500, 0));
+    let left = buckets(&backend, &topic).await;
+    assert!(
+        !left.is_empty() && left.len() <= 500 * 4 / 48 + 1,
+        "the set shrank with the slot: {} buckets for 500 messages",
+        left.len()
+    );
+}
+
+#[tokio::test]
+async fn a_slot_written_before_buckets_is_read_and_taken_as_it_was() {
+    let (backend, _c, topic) = setup(TopicKind::FixedTime, 1).await;
+    let keys = topic.keys_of_slot(0);
+    let (q, d) = (&keys[0], &keys[1]);
+    // The layout before buckets: every pending message a member of q.
+    let now = now_ms();
+    for i in 0..300i64 {
+        let key = format!("old{i:03}");
+        raw(
+            &backend,
+            &["ZADD", q, &(now + 2_000 + (i * 13) % 300).to_string(), &key],
+        )
+        .await;
+        raw(&backend, &["HSET", d, &key, &format!("payload{i}")]).await;
+    }
+    let mut expected: Vec<i64> = (0..300).collect();
+    expected.sort_by_key(|&i| ((i * 13) % 300, i));
+    let expected: Vec<String> = expected.iter().map(|i| format!("old{i:03}")).collect();
+
+    // Read as it is.
+    assert_eq!(topic.stats().await.unwrap().total.pending, 300);
+    let peeked: Vec<String> = topic
+        .peek(5)
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| text(&p.key))
+        .collect();
+    assert_eq!(peeked, expected[..5]);
+    // A new message joins the old ones in order; the first write moved
+    // them into buckets.
+    topic
+        .send(Message::new("new").key("new").at_ms(now + 1_500))
+        .await
+        .unwrap();
+    assert!(!buckets(&backend, &topic).await.is_empty());
+    let mut all = vec!["new".to_string()];
+    all.extend(expected);
+    let wait = now + 2_400 - now_ms();
+    tokio::time::sleep(std::time::Duration::from_millis(wait.max(0) as u64)).await;
+    let got = topic.take(1000).await.unwrap();
+    assert_same_order(&got.iter().map(|d| text(&d.key)).collect::<Vec<_>>(), &all);
+    assert_eq!(text(&got[1].payload), "payload0");
+    assert_eq!(topic.stats().await.unwrap().total.pending, 0);
+}
