@@ -84,6 +84,66 @@ async fn encodings(backend: &Backend, keys: &[String]) -> Vec<String> {
     out
 }
 
+/// Pairs of a `... WITHSCORES` reply.
+fn pairs_of(value: redis::Value) -> Vec<(String, String)> {
+    let flat = keys_of(value);
+    flat.chunks(2)
+        .map(|c| (c[0].clone(), c[1].clone()))
+        .collect()
+}
+
+/// The set's own invariants, read from Redis: each bucket's head (its
+/// first member in consumption order) is in the index with its score and
+/// in `<q>:h` (with two buckets or more), the index holds nothing else,
+/// and `qn` counts the members of all buckets.
+async fn assert_consistent(backend: &Backend, topic: &Topic, highest_first: bool) {
+    let keys = topic.keys_of_slot(0);
+    let (q, m) = (&keys[0], &keys[4]);
+    let count = |v: redis::Value| match v {
+        redis::Value::BulkString(b) => String::from_utf8(b).unwrap().parse::<u64>().unwrap(),
+        redis::Value::Int(i) => i as u64,
+        redis::Value::Nil => 0,
+        v => panic!("unexpected {v:?}"),
+    };
+    let n = count(raw(backend, &["HGET", m, "qb"]).await);
+    let mut heads = Vec::new();
+    let mut members = 0;
+    for b in 0..n {
+        let bk = format!("{q}:{b}");
+        members += count(raw(backend, &["ZCARD", &bk]).await);
+        let first = if highest_first {
+            raw(backend, &["ZRANGE", &bk, "0", "0", "REV", "WITHSCORES"]).await
+        } else {
+            raw(backend, &["ZRANGE", &bk, "0", "0", "WITHSCORES"]).await
+        };
+        if let Some((k, s)) = pairs_of(first).pop() {
+            heads.push((b, k, s));
+        }
+    }
+    assert_eq!(count(raw(backend, &["HGET", m, "qn"]).await), members, "qn");
+    let mut index = pairs_of(raw(backend, &["ZRANGE", q, "0", "-1", "WITHSCORES"]).await);
+    index.sort();
+    let mut expected: Vec<(String, String)> = heads
+        .iter()
+        .map(|(_, k, s)| (k.clone(), s.clone()))
+        .collect();
+    expected.sort();
+    assert_eq!(index, expected, "the index holds each bucket's head");
+    let kept = pairs_of(raw(backend, &["HGETALL", &format!("{q}:h")]).await);
+    if n > 1 {
+        let mut kept: Vec<(String, String)> = kept;
+        kept.sort();
+        let mut want: Vec<(String, String)> = heads
+            .iter()
+            .map(|(b, k, s)| (b.to_string(), format!("{s}|{k}")))
+            .collect();
+        want.sort();
+        assert_eq!(kept, want, "<q>:h holds each bucket's head");
+    } else {
+        assert!(kept.is_empty(), "no <q>:h with one bucket");
+    }
+}
+
 #[tokio::test]
 async fn a_priority_slot_of_many_buckets_gives_highest_first_and_fifo_among_equals() {
     let (backend, _c, topic) = setup(TopicKind::Priority, 1).await;
@@ -144,6 +204,7 @@ async fn a_priority_slot_of_many_buckets_gives_highest_first_and_fifo_among_equa
     expected.splice(first_below_9..first_below_9, moved.iter().copied());
     let expected: Vec<String> = expected.iter().map(|i| format!("k{i}")).collect();
 
+    assert_consistent(&backend, &topic, true).await;
     let st = topic.stats().await.unwrap().total;
     assert_eq!(st.pending, expected.len() as u64);
     let b = buckets(&backend, &topic).await;
@@ -177,6 +238,7 @@ async fn a_priority_slot_of_many_buckets_gives_highest_first_and_fifo_among_equa
     assert_same_order(&unmerged(&taken), &unmerged(&expected));
     assert_eq!(taken.len(), expected.len());
     assert_eq!(topic.stats().await.unwrap().total.pending, 0);
+    assert_consistent(&backend, &topic, true).await;
     assert!(
         buckets(&backend, &topic).await.is_empty(),
         "an empty slot keeps no bucket"
@@ -206,6 +268,7 @@ async fn a_time_slot_of_many_buckets_gives_due_order_then_key_bytes_and_keeps_wh
     });
     let expected: Vec<String> = expected.iter().map(|i| format!("k{i}")).collect();
 
+    assert_consistent(&backend, &topic, false).await;
     let st = topic.stats().await.unwrap().total;
     assert_eq!(st.pending, 5_500);
     let peeked: Vec<String> = topic
@@ -222,6 +285,7 @@ async fn a_time_slot_of_many_buckets_gives_due_order_then_key_bytes_and_keeps_wh
     tokio::time::sleep(std::time::Duration::from_millis(wait.max(0) as u64)).await;
     let (taken, _held) = take_all(&topic).await;
     assert_same_order(&taken, &expected);
+    assert_consistent(&backend, &topic, false).await;
     let st = topic.stats().await.unwrap().total;
     assert_eq!((st.pending, st.due_now), (500, 0));
     let left = buckets(&backend, &topic).await;
@@ -269,6 +333,7 @@ async fn a_slot_written_before_buckets_is_read_and_taken_as_it_was() {
         .await
         .unwrap();
     assert!(!buckets(&backend, &topic).await.is_empty());
+    assert_consistent(&backend, &topic, false).await;
     let mut all = vec!["new".to_string()];
     all.extend(expected);
     let wait = now + 2_400 - now_ms();

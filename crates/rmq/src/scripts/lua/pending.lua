@@ -11,6 +11,10 @@
 --                  in consumption order) with its score. Its own first member
 --                  is therefore the slot's next message, so every reader of
 --                  the head (notify.lua's head, firsts.lua) reads q as before.
+--   <q>:h    HASH  with two buckets or more: bucket -> "<score>|<key>" of its
+--                  head, so that a write learns the heads of the buckets it
+--                  touches in one read (with one bucket, the index's only
+--                  entry is its head).
 --   m        qb = number of buckets, qn = pending messages (both absent on a
 --                  slot that never had one).
 -- Buckets are addressed by linear hashing: with n buckets and p the largest
@@ -80,8 +84,15 @@ local function pow2_floor(n)
   return p
 end
 
+-- A key's hash, computed once per key per call.
+local KEY_HASH = {}
 local function key_hash(key)
-  return tonumber(string.sub(redis.sha1hex(key), 1, 8), 16)
+  local h = KEY_HASH[key]
+  if not h then
+    h = tonumber(string.sub(redis.sha1hex(key), 1, 8), 16)
+    KEY_HASH[key] = h
+  end
+  return h
 end
 
 local function bucket_of(h, n)
@@ -160,6 +171,58 @@ local function bucket_head(bk)
   return nil, nil
 end
 
+-- The heads of the buckets, kept beside them so that a write learns a
+-- bucket's head without reading the bucket: HASH <q>:h, bucket -> "<score>|<key>",
+-- when there are two buckets or more; with one, the index's only entry is
+-- its head.
+local function heads_key()
+  return K.q .. ':h'
+end
+
+-- The heads of buckets bs: { [b] = { k = key, s = score } or false }.
+local function heads_read(st, bs)
+  local out = {}
+  if st.n <= 1 then
+    local r = redis.call('ZRANGE', K.q, 0, 0, 'WITHSCORES')
+    out[0] = r[1] and { k = r[1], s = tonumber(r[2]) } or false
+    return out
+  end
+  local v = redis.call('HMGET', heads_key(), unpack(bs))
+  for i, b in ipairs(bs) do
+    local x = v[i]
+    if x then
+      local bar = string.find(x, '|', 1, true)
+      out[b] = { k = string.sub(x, bar + 1), s = tonumber(string.sub(x, 1, bar - 1)) }
+    else
+      out[b] = false
+    end
+  end
+  return out
+end
+
+-- Writes new heads: { [b] = { k, s } or false (empty) }, in bucket order bs.
+local function heads_write(st, bs, heads)
+  if st.n <= 1 then
+    return
+  end
+  local set, gone = {}, {}
+  for _, b in ipairs(bs) do
+    local h = heads[b]
+    if h then
+      set[#set + 1] = b
+      set[#set + 1] = fmt(h.s) .. '|' .. h.k
+    elseif h == false then
+      gone[#gone + 1] = b
+    end
+  end
+  if #set > 0 then
+    bulk('HSET', heads_key(), set, 2)
+  end
+  if #gone > 0 then
+    bulk('HDEL', heads_key(), gone, 1)
+  end
+end
+
 -- Replaces a bucket's entry in the index: old head key (or nil) by the new
 -- head (or nil), into the lists of removals and additions of one call.
 local function index_change(changes, old_key, new_key, new_score)
@@ -229,6 +292,11 @@ local function pending_split(st)
     end
   end
   if #move_k == 0 then
+    if st.n == 2 then
+      -- Two buckets now: their heads are kept in <q>:h from here on.
+      local sk, ss = best_of(stay_k, stay_s)
+      heads_write(st, { buddy }, { [buddy] = sk and { k = sk, s = ss } or false })
+    end
     return
   end
   if #keys > 128 then
@@ -248,6 +316,10 @@ local function pending_split(st)
   local mk, ms = best_of(move_k, move_s)
   index_change(changes, nil, mk, ms)
   index_apply(changes)
+  heads_write(st, { buddy, new }, {
+    [buddy] = sk and { k = sk, s = ss } or false,
+    [new] = { k = mk, s = ms },
+  })
 end
 
 -- Removes the last bucket, its keys moving into its buddy.
@@ -258,16 +330,27 @@ local function pending_merge(st)
   st.n = last
   local keys, scores = bucket_all(lk)
   if #keys == 0 then
+    if st.n <= 1 then
+      redis.call('UNLINK', heads_key())
+    end
     return
   end
   local last_head, last_score = best_of(keys, scores)
   local buddy_head, buddy_score = bucket_head(bk)
   bulk('ZADD', bk, zadd_args(keys, scores), 2)
   redis.call('UNLINK', lk)
+  local head_k, head_s = last_head, last_score
   if buddy_head and comes_before(buddy_score, buddy_head, last_score, last_head) then
     redis.call('ZREM', K.q, last_head)
+    head_k, head_s = buddy_head, buddy_score
   elseif buddy_head then
     redis.call('ZREM', K.q, buddy_head)
+  end
+  if st.n <= 1 then
+    redis.call('UNLINK', heads_key())
+  else
+    redis.call('HDEL', heads_key(), last)
+    heads_write(st, { buddy }, { [buddy] = { k = head_k, s = head_s } })
   end
 end
 
@@ -354,11 +437,15 @@ local function pending_put(keys, scores)
     st.n = 1
   end
   local groups, order = by_bucket(st, keys, scores)
-  local changes = { rem = {}, add = {} }
+  local heads = heads_read(st, order)
+  local changes, changed, new_heads = { rem = {}, add = {} }, {}, {}
   for _, b in ipairs(order) do
     local g = groups[b]
     local bk = bucket_key(st, b)
-    local old_key, old_score = bucket_head(bk)
+    local old_key, old_score = nil, nil
+    if heads[b] then
+      old_key, old_score = heads[b].k, heads[b].s
+    end
     local args = zadd_args(g.keys, g.values)
     for i = 1, #args, 4000 do
       st.c = st.c + redis.call('ZADD', bk, unpack(args, i, math.min(i + 3999, #args)))
@@ -384,9 +471,12 @@ local function pending_put(keys, scores)
     end
     if new_key ~= old_key or new_score ~= old_score then
       index_change(changes, old_key, new_key, new_score)
+      changed[#changed + 1] = b
+      new_heads[b] = new_key and { k = new_key, s = new_score } or false
     end
   end
   index_apply(changes)
+  heads_write(st, changed, new_heads)
   pending_settle(st)
 end
 
@@ -400,12 +490,13 @@ local function pending_remove(keys)
     return 0
   end
   local groups, order = by_bucket(st, keys)
-  local changes = { rem = {}, add = {} }
+  local heads = heads_read(st, order)
+  local changes, changed, new_heads = { rem = {}, add = {} }, {}, {}
   local removed = 0
   for _, b in ipairs(order) do
     local g = groups[b]
     local bk = bucket_key(st, b)
-    local old_key = bucket_head(bk)
+    local old_key = heads[b] and heads[b].k
     local n = 0
     for i = 1, #g.keys, 4000 do
       n = n + redis.call('ZREM', bk, unpack(g.keys, i, math.min(i + 3999, #g.keys)))
@@ -420,9 +511,12 @@ local function pending_remove(keys)
     if head_gone then
       local new_key, new_score = bucket_head(bk)
       index_change(changes, old_key, new_key, new_score)
+      changed[#changed + 1] = b
+      new_heads[b] = new_key and { k = new_key, s = new_score } or false
     end
   end
   index_apply(changes)
+  heads_write(st, changed, new_heads)
   st.c = math.max(st.c - removed, 0)
   pending_settle(st)
   return removed
@@ -514,6 +608,7 @@ local function pending_take(count, limit)
     index_change(changes, old_head[b], nh and nh.k, nh and nh.s)
   end
   index_apply(changes)
+  heads_write(st, touched, new_head)
   st.c = math.max(st.c - #keys, 0)
   pending_settle(st)
   return keys, scores
@@ -600,6 +695,7 @@ local function pending_bucket_keys()
     for b = 0, st.n - 1 do
       out[#out + 1] = bucket_key(st, b)
     end
+    out[#out + 1] = heads_key()
   end
   return out
 end
