@@ -32,6 +32,13 @@ enum Op {
         key: u8,
         prio: u32,
     },
+    /// One batch of keys b0..b(n-1): enough of them to split the slot's
+    /// pending set into buckets (pending.lua), merging into those already
+    /// there.
+    SendMany {
+        n: usize,
+        prio: u32,
+    },
     Take {
         n: usize,
     },
@@ -65,6 +72,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0u8..3, 0u32..3).prop_map(|(key, prio)| Op::Send { key, prio }),
         3 => (1usize..4).prop_map(|n| Op::Take { n }),
+        1 => (40usize..160, 0u32..3).prop_map(|(n, prio)| Op::SendMany { n, prio }),
+        1 => (20usize..120).prop_map(|n| Op::Take { n }),
         2 => any::<usize>().prop_map(Op::Ack),
         2 => any::<usize>().prop_map(Op::Nack),
         1 => any::<usize>().prop_map(Op::Dead),
@@ -389,7 +398,7 @@ async fn check_head_index(
 
 async fn check(topic: &Topic, m: &Model) -> Result<(), TestCaseError> {
     let peek = topic
-        .peek(100)
+        .peek(1000)
         .await
         .map_err(|e| TestCaseError::fail(e.to_string()))?;
     let got: Vec<_> = peek
@@ -606,6 +615,37 @@ fn run_model(
                             let sent = sent.unwrap();
                             let (merged, behind) = model.send(&key, prio, payload);
                             prop_assert_eq!((sent.merged, sent.behind_in_flight), (merged, behind));
+                        }
+                        Op::SendMany { n, prio } => {
+                            let batch: Vec<(String, String)> = (0..n)
+                                .map(|i| {
+                                    payloads += 1;
+                                    (format!("b{i}"), format!("p{payloads}"))
+                                })
+                                .collect();
+                            let messages: Vec<Message> = batch
+                                .iter()
+                                .map(|(k, p)| Message::new(p.clone()).key(k.clone()).priority(prio))
+                                .collect();
+                            let report = topic.send_batch(&messages).await.unwrap();
+                            for ((key, payload), sent) in batch.into_iter().zip(report.results) {
+                                if model.full_for(&key) {
+                                    let kind = sent.map(|_| ()).map_err(|e| e.kind());
+                                    prop_assert_eq!(
+                                        kind,
+                                        Err(ErrorKind::Full),
+                                        "batch send {} to a full topic",
+                                        key
+                                    );
+                                    continue;
+                                }
+                                let sent = sent.unwrap();
+                                let (merged, behind) = model.send(&key, prio, payload);
+                                prop_assert_eq!(
+                                    (sent.merged, sent.behind_in_flight),
+                                    (merged, behind)
+                                );
+                            }
                         }
                         Op::Take { n } => {
                             let got = topic.take(n).await.unwrap();

@@ -110,14 +110,23 @@ for i = 1, n do
   end
 end
 if #ukeys > 0 then
-  local qs = pending_scores(ukeys)
+  -- A key d holds no payload of is new: neither pending, nor waiting for a
+  -- retry, nor in flight. Only the others are looked up in the pending set
+  -- (one read per bucket they hash to) and in r.
+  local held = redis.call('HMGET', K.d, unpack(ukeys))
+  local known = {}
+  for j, key in ipairs(ukeys) do
+    if held[j] then
+      known[#known + 1] = key
+    end
+  end
+  local qs = pending_scores(known)
   local rs = {}
-  if kind == 'p' and redis.call('ZCARD', K.r) > 0 then
-    rs = redis.call('ZMSCORE', K.r, unpack(ukeys))
+  if kind == 'p' and #known > 0 and redis.call('ZCARD', K.r) > 0 then
+    rs = redis.call('ZMSCORE', K.r, unpack(known))
   end
   -- Neither pending nor waiting for a retry, yet holding a payload: in flight.
-  local rest = {}
-  for j, key in ipairs(ukeys) do
+  for j, key in ipairs(known) do
     local st = state[key]
     if qs[j] then
       st.where = 'q'
@@ -125,20 +134,12 @@ if #ukeys > 0 then
     elseif rs[j] then
       st.where = 'r'
     else
-      rest[#rest + 1] = key
-    end
-  end
-  if #rest > 0 and redis.call('ZCARD', K.f) > 0 then
-    local held = redis.call('HMGET', K.d, unpack(rest))
-    for j, key in ipairs(rest) do
-      if held[j] then
-        state[key].where = 'f'
-      end
+      st.where = 'f'
     end
   end
 end
 
--- q was read above (and r and f where they matter); nothing is written yet.
+-- q and d were read above (and r where it matters); nothing is written yet.
 -- New keys and merges into pending messages write q, d and m; a key in
 -- flight or waiting for a retry also touches n or a: then check every key.
 local any_special = false
