@@ -364,6 +364,118 @@ async fn resharding_under_traffic_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resharding_a_slot_whose_pending_set_spans_many_buckets_loses_nothing() {
+    // A slot's pending messages live in bucket keys its scripts reach
+    // without declaring them (pending.lua). While its hash slot moves key
+    // by key, a bucket may already be on the new master: a script that met
+    // it there would fail halfway. Every writing call on a cluster names a
+    // fresh request key (memo.lua), which a half-moved slot never holds, so
+    // Redis answers TRYAGAIN or ASK before the script runs. Here one slot
+    // holds ~600 pending messages (a dozen buckets) while it moves, a slow
+    // consumer takes from it and a producer keeps sending.
+    let cluster = RedisCluster::builder().replicas(0).start();
+    let client = connect(&cluster).await;
+    let topic = client
+        .define_topic(
+            TopicSpec::new("t", TopicKind::Priority)
+                .slots(1)
+                .lease(Duration::from_secs(2)),
+        )
+        .await
+        .unwrap();
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let backlog: Vec<String> = (0..600).map(|i| format!("pre{i}")).collect();
+    let msgs: Vec<Message> = backlog.iter().map(|k| Message::new(k.as_str())).collect();
+    for r in topic.send_batch(&msgs).await.unwrap().results {
+        r.unwrap();
+    }
+    ledger.lock().unwrap().accepted.extend(backlog);
+    let (stop_sending, stop) = (CancellationToken::new(), CancellationToken::new());
+    let l = ledger.clone();
+    let producer = topic.clone();
+    let sending = stop_sending.clone();
+    let sender = tokio::spawn(async move {
+        let mut n = 0u64;
+        while !sending.is_cancelled() {
+            let keys: Vec<String> = (0..10).map(|i| format!("m{}", n + i)).collect();
+            n += 10;
+            let msgs: Vec<Message> = keys.iter().map(|k| Message::new(k.as_str())).collect();
+            let results = producer.send_batch(&msgs).await.map(|r| r.results);
+            {
+                let mut book = l.lock().unwrap();
+                match results {
+                    Ok(results) => {
+                        for (k, r) in keys.into_iter().zip(results) {
+                            if r.is_ok() {
+                                book.accepted.insert(k);
+                            } else {
+                                book.unknown.insert(k);
+                            }
+                        }
+                    }
+                    Err(_) => book.unknown.extend(keys),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let l = ledger.clone();
+    let consumer = topic.clone();
+    let stopping = stop.clone();
+    let receiver = tokio::spawn(async move {
+        let _ = consumer
+            .consumer()
+            .concurrency(2)
+            .batch(2)
+            .rescan(Duration::from_millis(500))
+            .run(stopping, move |m| {
+                let l = l.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    *l.lock()
+                        .unwrap()
+                        .delivered
+                        .entry(String::from_utf8_lossy(&m.key).into_owned())
+                        .or_default() += 1;
+                    Outcome::Ack
+                }
+            })
+            .await;
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pending_then = topic.stats().await.unwrap().total.pending;
+    let (_, _, moved) = move_to_another_master(&cluster, &topic, 0, 30);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop_sending.cancel();
+    sender.await.unwrap();
+    drain(&ledger, Duration::from_secs(60)).await;
+    stop.cancel();
+    receiver.await.unwrap();
+
+    let l = ledger.lock().unwrap();
+    let lost = l
+        .accepted
+        .iter()
+        .filter(|k| !l.delivered.contains_key(*k))
+        .count();
+    eprintln!(
+        "moved {moved} keys with {pending_then} pending; accepted {}, unknown {}, delivered {}, lost {lost}",
+        l.accepted.len(),
+        l.unknown.len(),
+        l.delivered.len()
+    );
+    assert!(
+        pending_then > 96,
+        "the set spanned several buckets: {pending_then}"
+    );
+    assert!(moved > 10, "bucket keys moved too: {moved} keys");
+    assert_eq!(lost, 0);
+    drop(l);
+    let st = topic.stats().await.unwrap().total;
+    assert_eq!((st.pending, st.in_flight), (0, 0), "{st:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_calls_after_a_resharding_never_leaves_the_client_stuck() {
     // redis-rs 1.8's cluster client can stop sending anything for good
     // when many concurrent calls are answered MOVED at once (its slot

@@ -301,10 +301,7 @@ async fn an_in_flight_entry_left_by_an_older_version_is_reclaimed_as_a_failed_at
         redis::Value::Double(d) => format!("{d:.0}"),
         v => panic!("unexpected {v:?}"),
     };
-    // The pending set: the index q and its one bucket q:0 (pending.lua).
     raw(&server, &["ZREM", q, "k"]).await;
-    raw(&server, &["ZREM", &format!("{q}:0"), "k"]).await;
-    raw(&server, &["HINCRBY", &keys[4], "qn", "-1"]).await;
     raw(&server, &["ZADD", f, "1", "k"]).await;
     raw(&server, &["HSET", a, "k", &format!("1,{score},7")]).await;
 

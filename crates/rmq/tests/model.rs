@@ -32,9 +32,9 @@ enum Op {
         key: u8,
         prio: u32,
     },
-    /// One batch of keys b0..b(n-1): enough of them to split the slot's
-    /// pending set into buckets (pending.lua), merging into those already
-    /// there.
+    /// One batch of keys b0..b(n-1), merging into those already there:
+    /// enough of them to turn the slot's flat pending set into buckets and
+    /// split them (pending.lua); large takes turn it flat again.
     SendMany {
         n: usize,
         prio: u32,
@@ -72,7 +72,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0u8..3, 0u32..3).prop_map(|(key, prio)| Op::Send { key, prio }),
         3 => (1usize..4).prop_map(|n| Op::Take { n }),
-        1 => (40usize..160, 0u32..3).prop_map(|(n, prio)| Op::SendMany { n, prio }),
+        1 => (60usize..200, 0u32..3).prop_map(|(n, prio)| Op::SendMany { n, prio }),
         1 => (20usize..120).prop_map(|n| Op::Take { n }),
         2 => any::<usize>().prop_map(Op::Ack),
         2 => any::<usize>().prop_map(Op::Nack),

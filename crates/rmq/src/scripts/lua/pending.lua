@@ -1,22 +1,24 @@
--- pending.lua: a slot's pending messages, kept in small sorted sets so that
--- each costs Redis the least memory (issue 21 item 5).
+-- pending.lua: a slot's pending messages, in one sorted set while few and
+-- in small key-hashed ones when many, so that each costs Redis the least
+-- memory (issue 21 item 5) and a small slot costs no more work than before.
 --
--- One sorted set of all pending messages costs ~280 bytes a message once it
+-- One sorted set of pending messages costs ~280 bytes a message once it
 -- outgrows Redis' compact (listpack) encoding at 128 members: a skiplist
--- node and a dict entry each. So the pending messages of a slot live in
--- buckets chosen by a hash of their merge key, each a sorted set small
--- enough to stay a listpack (~30 bytes a member):
---   <q>:<b>  ZSET  bucket b (0 <= b < qb): member = merge key, score = order
---   q        ZSET  the index: each non-empty bucket's head (its first member
---                  in consumption order) with its score. Its own first member
---                  is therefore the slot's next message, so every reader of
---                  the head (notify.lua's head, firsts.lua) reads q as before.
---   <q>:h    HASH  with two buckets or more: bucket -> "<score>|<key>" of its
---                  head, so that a write learns the heads of the buckets it
---                  touches in one read (with one bucket, the index's only
---                  entry is its head).
---   m        qb = number of buckets, qn = pending messages (both absent on a
---                  slot that never had one).
+-- node and a dict entry each. So a slot has two shapes:
+-- * flat (m has no qb): q is the pending set itself, member = merge key,
+--   score = order; it stays a listpack up to PENDING_FLAT_MAX members.
+-- * bucketed (m has qb = n >= 2, qn = the count), once a flat set outgrew
+--   PENDING_FLAT_MAX; until it shrinks to PENDING_FLAT_MIN:
+--     <q>:<b>  ZSET  bucket b (0 <= b < n) by a hash of the merge key:
+--                    member = merge key, score = order; ~LOAD members, so
+--                    it stays a listpack (~30 bytes a member)
+--     q        ZSET  the index: each non-empty bucket's head (its first
+--                    member in consumption order) with its score. Its own
+--                    first member is the slot's next message in both
+--                    shapes, so every reader of the head (notify.lua's head,
+--                    firsts.lua) reads q as it always did.
+--     <q>:h    HASH  bucket -> "<score>|<key>" of its head: a write learns
+--                    the heads of the buckets it touches in one read.
 -- Buckets are addressed by linear hashing: with n buckets and p the largest
 -- power of two <= n, a key of hash h is in bucket h mod 2p, or h mod p when
 -- that is >= n. The set grows one bucket at a time (splitting bucket
@@ -28,13 +30,18 @@
 -- Consumption order is the order of one sorted set: score, then member
 -- bytes on equal scores (ascending; priority topics: both descending, as
 -- ZPOPMAX). Pop merges the buckets through the index (see pending_take).
+-- A slot written by a version before buckets is a flat one.
 --
--- A slot written by a version before buckets holds all its pending messages
--- in q itself and no qb: readers read it as it is, and the first write
--- moves it into bucket 0 and builds the index; the set then grows by its
--- normal splits (PENDING_SPLITS_PER_CALL at a time).
+-- The bucket keys and <q>:h are not in the scripts' KEYS (their number
+-- changes): Redis accepts undeclared keys of the declared keys' hash slot.
+-- On a cluster, a script must not run while its hash slot moves key by key
+-- (a bucket may already be gone): every writing call there names a fresh
+-- request key (memo.lua), which a half-moved slot never holds, so Redis
+-- answers TRYAGAIN or ASK before the script runs.
 
 local PENDING_LOAD = 48
+local PENDING_FLAT_MAX = 120
+local PENDING_FLAT_MIN = 40
 local PENDING_SPLITS_PER_CALL = 64
 local PENDING_MERGES_PER_CALL = 64
 
@@ -107,53 +114,26 @@ local function bucket_of(h, n)
   return b
 end
 
--- The bucket state of the slot K points at, read once per slot per call.
+-- The shape of the slot K points at, read once per slot per call.
 local PENDING = {}
 
-local function pending_state(writing)
+local function pending_state()
   assert(PENDING_REV ~= nil, 'pending_use before the pending set')
   local st = PENDING[K.m]
   if not st then
     local v = redis.call('HMGET', K.m, 'qb', 'qn')
-    st = { n = tonumber(v[1]) or 0, c = tonumber(v[2]) or 0, legacy = false }
-    if st.n == 0 and redis.call('EXISTS', K.q) == 1 then
-      st.legacy = true
-    end
+    local n = tonumber(v[1])
+    st = { flat = not n, n = n or 0, c = tonumber(v[2]) or 0 }
     PENDING[K.m] = st
-  end
-  if writing and st.legacy then
-    -- Written by an older version: q is the whole set. It becomes bucket 0.
-    local b0 = K.q .. ':0'
-    local all = redis.call('ZRANGE', K.q, 0, -1, 'WITHSCORES')
-    local args = {}
-    for i = 1, #all, 2 do
-      args[#args + 1] = all[i + 1]
-      args[#args + 1] = all[i]
-    end
-    redis.call('UNLINK', K.q)
-    bulk('ZADD', b0, args, 2)
-    st.legacy, st.n, st.c = false, 1, #all / 2
-    local h = PENDING_REV and redis.call('ZRANGE', b0, 0, 0, 'REV', 'WITHSCORES')
-      or redis.call('ZRANGE', b0, 0, 0, 'WITHSCORES')
-    if h[1] then
-      redis.call('ZADD', K.q, h[2], h[1])
-    end
-    redis.call('HSET', K.m, 'qb', '1', 'qn', fmt(st.c))
   end
   return st
 end
 
-local function bucket_key(st, b)
-  if st.legacy then
-    return K.q
-  end
+local function bucket_key(b)
   return K.q .. ':' .. b
 end
 
 local function bucket_for(st, key)
-  if st.n <= 1 then
-    return 0
-  end
   return bucket_of(key_hash(key), st.n)
 end
 
@@ -171,22 +151,14 @@ local function bucket_head(bk)
   return nil, nil
 end
 
--- The heads of the buckets, kept beside them so that a write learns a
--- bucket's head without reading the bucket: HASH <q>:h, bucket -> "<score>|<key>",
--- when there are two buckets or more; with one, the index's only entry is
--- its head.
+-- <q>:h: the heads of the buckets.
 local function heads_key()
   return K.q .. ':h'
 end
 
 -- The heads of buckets bs: { [b] = { k = key, s = score } or false }.
-local function heads_read(st, bs)
+local function heads_read(bs)
   local out = {}
-  if st.n <= 1 then
-    local r = redis.call('ZRANGE', K.q, 0, 0, 'WITHSCORES')
-    out[0] = r[1] and { k = r[1], s = tonumber(r[2]) } or false
-    return out
-  end
   local v = redis.call('HMGET', heads_key(), unpack(bs))
   for i, b in ipairs(bs) do
     local x = v[i]
@@ -201,10 +173,7 @@ local function heads_read(st, bs)
 end
 
 -- Writes new heads: { [b] = { k, s } or false (empty) }, in bucket order bs.
-local function heads_write(st, bs, heads)
-  if st.n <= 1 then
-    return
-  end
+local function heads_write(bs, heads)
   local set, gone = {}, {}
   for _, b in ipairs(bs) do
     local h = heads[b]
@@ -280,7 +249,7 @@ local function pending_split(st)
   local new = st.n
   local buddy = new - pow2_floor(new)
   st.n = new + 1
-  local bk, nk = bucket_key(st, buddy), bucket_key(st, new)
+  local bk, nk = bucket_key(buddy), bucket_key(new)
   local keys, scores = bucket_all(bk)
   local old_head = best_of(keys, scores)
   local stay_k, stay_s, move_k, move_s = {}, {}, {}, {}
@@ -292,11 +261,6 @@ local function pending_split(st)
     end
   end
   if #move_k == 0 then
-    if st.n == 2 then
-      -- Two buckets now: their heads are kept in <q>:h from here on.
-      local sk, ss = best_of(stay_k, stay_s)
-      heads_write(st, { buddy }, { [buddy] = sk and { k = sk, s = ss } or false })
-    end
     return
   end
   if #keys > 128 then
@@ -316,7 +280,7 @@ local function pending_split(st)
   local mk, ms = best_of(move_k, move_s)
   index_change(changes, nil, mk, ms)
   index_apply(changes)
-  heads_write(st, { buddy, new }, {
+  heads_write({ buddy, new }, {
     [buddy] = sk and { k = sk, s = ss } or false,
     [new] = { k = mk, s = ms },
   })
@@ -326,13 +290,10 @@ end
 local function pending_merge(st)
   local last = st.n - 1
   local buddy = last - pow2_floor(last)
-  local lk, bk = bucket_key(st, last), bucket_key(st, buddy)
+  local lk, bk = bucket_key(last), bucket_key(buddy)
   st.n = last
   local keys, scores = bucket_all(lk)
   if #keys == 0 then
-    if st.n <= 1 then
-      redis.call('UNLINK', heads_key())
-    end
     return
   end
   local last_head, last_score = best_of(keys, scores)
@@ -346,22 +307,76 @@ local function pending_merge(st)
   elseif buddy_head then
     redis.call('ZREM', K.q, buddy_head)
   end
-  if st.n <= 1 then
-    redis.call('UNLINK', heads_key())
-  else
-    redis.call('HDEL', heads_key(), last)
-    heads_write(st, { buddy }, { [buddy] = { k = head_k, s = head_s } })
-  end
+  redis.call('HDEL', heads_key(), last)
+  heads_write({ buddy }, { [buddy] = { k = head_k, s = head_s } })
 end
 
--- Writes the bucket count and size, growing or shrinking the set first.
+-- A flat set grown past PENDING_FLAT_MAX becomes buckets.
+local function pending_to_buckets(st)
+  local all = redis.call('ZRANGE', K.q, 0, -1, 'WITHSCORES')
+  local c = #all / 2
+  st.flat, st.n, st.c = false, math.max(2, math.ceil(c / PENDING_LOAD)), c
+  local groups, order = {}, {}
+  for i = 1, #all, 2 do
+    local k = all[i]
+    local b = bucket_for(st, k)
+    local g = groups[b]
+    if not g then
+      g = { keys = {}, scores = {} }
+      groups[b] = g
+      order[#order + 1] = b
+    end
+    g.keys[#g.keys + 1] = k
+    g.scores[#g.scores + 1] = tonumber(all[i + 1])
+  end
+  redis.call('UNLINK', K.q)
+  local heads, index = {}, {}
+  for _, b in ipairs(order) do
+    local g = groups[b]
+    bulk('ZADD', bucket_key(b), zadd_args(g.keys, g.scores), 2)
+    local hk, hs = best_of(g.keys, g.scores)
+    heads[b] = { k = hk, s = hs }
+    index[#index + 1] = fmt(hs)
+    index[#index + 1] = hk
+  end
+  bulk('ZADD', K.q, index, 2)
+  heads_write(order, heads)
+end
+
+-- A bucketed set shrunk to PENDING_FLAT_MIN becomes flat again.
+local function pending_to_flat(st)
+  local args, gone = {}, {}
+  for b = 0, st.n - 1 do
+    local bk = bucket_key(b)
+    local r = redis.call('ZRANGE', bk, 0, -1, 'WITHSCORES')
+    for i = 1, #r, 2 do
+      args[#args + 1] = r[i + 1]
+      args[#args + 1] = r[i]
+    end
+    gone[#gone + 1] = bk
+  end
+  gone[#gone + 1] = heads_key()
+  bulk('UNLINK', K.q, gone, 1)
+  if #args > 0 then
+    bulk('ZADD', K.q, args, 2)
+  end
+  redis.call('HDEL', K.m, 'qb', 'qn')
+  st.flat, st.n, st.c = true, 0, #args / 2
+end
+
+-- After a bucketed set changed: it grows or shrinks by buckets, or turns
+-- flat, and its count and size are written.
 local function pending_settle(st)
+  if st.c <= PENDING_FLAT_MIN then
+    pending_to_flat(st)
+    return
+  end
   local splits, merges = 0, 0
   while st.c > st.n * PENDING_LOAD and splits < PENDING_SPLITS_PER_CALL do
     pending_split(st)
     splits = splits + 1
   end
-  while st.n > 1 and st.c * 4 < st.n * PENDING_LOAD and merges < PENDING_MERGES_PER_CALL do
+  while st.n > 2 and st.c * 4 < st.n * PENDING_LOAD and merges < PENDING_MERGES_PER_CALL do
     pending_merge(st)
     merges = merges + 1
   end
@@ -391,24 +406,21 @@ end
 
 -- The scores of keys (strings, false where not pending), as ZMSCORE.
 local function pending_scores(keys)
-  local st = pending_state(false)
   local out = {}
   if #keys == 0 then
     return out
   end
-  if st.legacy then
+  local st = pending_state()
+  if st.flat then
     return redis.call('ZMSCORE', K.q, unpack(keys))
   end
   for i = 1, #keys do
     out[i] = false
   end
-  if st.n == 0 then
-    return out
-  end
   local groups, order = by_bucket(st, keys)
   for _, b in ipairs(order) do
     local g = groups[b]
-    local r = redis.call('ZMSCORE', bucket_key(st, b), unpack(g.keys))
+    local r = redis.call('ZMSCORE', bucket_key(b), unpack(g.keys))
     for j, i in ipairs(g.at) do
       out[i] = r[j] or false
     end
@@ -418,11 +430,13 @@ end
 
 -- The score of one key (a string), or nil when it is not pending.
 local function pending_score(key)
-  local st = pending_state(false)
-  if not st.legacy and st.n == 0 then
-    return nil
+  local st = pending_state()
+  local s
+  if st.flat then
+    s = redis.call('ZSCORE', K.q, key)
+  else
+    s = redis.call('ZSCORE', bucket_key(bucket_for(st, key)), key)
   end
-  local s = redis.call('ZSCORE', bucket_key(st, bucket_for(st, key)), key)
   return s or nil
 end
 
@@ -432,16 +446,21 @@ local function pending_put(keys, scores)
   if #keys == 0 then
     return
   end
-  local st = pending_state(true)
-  if st.n == 0 then
-    st.n = 1
+  local st = pending_state()
+  if st.flat then
+    bulk('ZADD', K.q, zadd_args(keys, scores), 2)
+    if redis.call('ZCARD', K.q) > PENDING_FLAT_MAX then
+      pending_to_buckets(st)
+      pending_settle(st)
+    end
+    return
   end
   local groups, order = by_bucket(st, keys, scores)
-  local heads = heads_read(st, order)
+  local heads = heads_read(order)
   local changes, changed, new_heads = { rem = {}, add = {} }, {}, {}
   for _, b in ipairs(order) do
     local g = groups[b]
-    local bk = bucket_key(st, b)
+    local bk = bucket_key(b)
     local old_key, old_score = nil, nil
     if heads[b] then
       old_key, old_score = heads[b].k, heads[b].s
@@ -476,7 +495,7 @@ local function pending_put(keys, scores)
     end
   end
   index_apply(changes)
-  heads_write(st, changed, new_heads)
+  heads_write(changed, new_heads)
   pending_settle(st)
 end
 
@@ -485,17 +504,21 @@ local function pending_remove(keys)
   if #keys == 0 then
     return 0
   end
-  local st = pending_state(true)
-  if st.n == 0 then
-    return 0
+  local st = pending_state()
+  if st.flat then
+    local n = 0
+    for i = 1, #keys, 4000 do
+      n = n + redis.call('ZREM', K.q, unpack(keys, i, math.min(i + 3999, #keys)))
+    end
+    return n
   end
   local groups, order = by_bucket(st, keys)
-  local heads = heads_read(st, order)
+  local heads = heads_read(order)
   local changes, changed, new_heads = { rem = {}, add = {} }, {}, {}
   local removed = 0
   for _, b in ipairs(order) do
     local g = groups[b]
-    local bk = bucket_key(st, b)
+    local bk = bucket_key(b)
     local old_key = heads[b] and heads[b].k
     local n = 0
     for i = 1, #g.keys, 4000 do
@@ -516,7 +539,7 @@ local function pending_remove(keys)
     end
   end
   index_apply(changes)
-  heads_write(st, changed, new_heads)
+  heads_write(changed, new_heads)
   st.c = math.max(st.c - removed, 0)
   pending_settle(st)
   return removed
@@ -538,8 +561,21 @@ local function pending_take(count, limit)
   if count <= 0 then
     return keys, scores
   end
-  local st = pending_state(true)
-  if st.n == 0 then
+  local st = pending_state()
+  if st.flat then
+    local taken
+    if PENDING_REV then
+      taken = redis.call('ZPOPMAX', K.q, count)
+    else
+      taken = redis.call('ZRANGE', K.q, '-inf', limit, 'BYSCORE', 'LIMIT', 0, count, 'WITHSCORES')
+    end
+    for i = 1, #taken, 2 do
+      keys[#keys + 1] = taken[i]
+      scores[#scores + 1] = taken[i + 1]
+    end
+    if not PENDING_REV and #keys > 0 then
+      redis.call('ZREM', K.q, unpack(keys))
+    end
     return keys, scores
   end
   local r
@@ -581,9 +617,9 @@ local function pending_take(count, limit)
     local off = #taken[b]
     local run
     if PENDING_REV then
-      run = redis.call('ZRANGE', bucket_key(st, b), off, off + want, 'REV', 'WITHSCORES')
+      run = redis.call('ZRANGE', bucket_key(b), off, off + want, 'REV', 'WITHSCORES')
     else
-      run = redis.call('ZRANGE', bucket_key(st, b), off, off + want, 'WITHSCORES')
+      run = redis.call('ZRANGE', bucket_key(b), off, off + want, 'WITHSCORES')
     end
     local nxt = heads[1]
     new_head[b] = false
@@ -602,13 +638,13 @@ local function pending_take(count, limit)
   local changes = { rem = {}, add = {} }
   for _, b in ipairs(touched) do
     if #taken[b] > 0 then
-      bulk('ZREM', bucket_key(st, b), taken[b], 1)
+      bulk('ZREM', bucket_key(b), taken[b], 1)
     end
     local nh = new_head[b]
     index_change(changes, old_head[b], nh and nh.k, nh and nh.s)
   end
   index_apply(changes)
-  heads_write(st, touched, new_head)
+  heads_write(touched, new_head)
   st.c = math.max(st.c - #keys, 0)
   pending_settle(st)
   return keys, scores
@@ -617,14 +653,14 @@ end
 -- Pending messages in consumption order from position from (0-based), at
 -- most limit, as ZRANGE ... WITHSCORES answers (key, score, ...). Reads only.
 local function pending_range(from, limit)
-  local st = pending_state(false)
-  if st.legacy then
+  local st = pending_state()
+  if st.flat then
     if PENDING_REV then
       return redis.call('ZRANGE', K.q, from, from + limit - 1, 'REV', 'WITHSCORES')
     end
     return redis.call('ZRANGE', K.q, from, from + limit - 1, 'WITHSCORES')
   end
-  if st.n == 0 or limit <= 0 then
+  if limit <= 0 then
     return {}
   end
   local m = from + limit
@@ -643,7 +679,7 @@ local function pending_range(from, limit)
   end
   local all = {}
   for i = 1, #r, 2 do
-    local bk = bucket_key(st, bucket_for(st, r[i]))
+    local bk = bucket_key(bucket_for(st, r[i]))
     local got
     if PENDING_REV then
       got = redis.call('ZRANGE', bk, '+inf', bound, 'BYSCORE', 'REV', 'LIMIT', 0, m, 'WITHSCORES')
@@ -667,8 +703,8 @@ end
 
 -- How many messages are pending. Reads only.
 local function pending_count()
-  local st = pending_state(false)
-  if st.legacy then
+  local st = pending_state()
+  if st.flat then
     return redis.call('ZCARD', K.q)
   end
   return st.c
@@ -676,24 +712,24 @@ end
 
 -- How many pending messages have a score <= now (due). Reads only.
 local function pending_due(now)
-  local st = pending_state(false)
-  if st.legacy then
+  local st = pending_state()
+  if st.flat then
     return redis.call('ZCOUNT', K.q, '-inf', now)
   end
   local due = 0
   for _, k in ipairs(redis.call('ZRANGE', K.q, '-inf', now, 'BYSCORE')) do
-    due = due + redis.call('ZCOUNT', bucket_key(st, bucket_for(st, k)), '-inf', now)
+    due = due + redis.call('ZCOUNT', bucket_key(bucket_for(st, k)), '-inf', now)
   end
   return due
 end
 
 -- Every key the pending set uses besides q (for deleting a slot).
 local function pending_bucket_keys()
-  local st = pending_state(false)
+  local st = pending_state()
   local out = {}
-  if not st.legacy then
+  if not st.flat then
     for b = 0, st.n - 1 do
-      out[#out + 1] = bucket_key(st, b)
+      out[#out + 1] = bucket_key(b)
     end
     out[#out + 1] = heads_key()
   end
