@@ -554,8 +554,8 @@ end
 -- entries finds every bucket this call takes from. The buckets are then
 -- merged in memory: a run is taken from the bucket at the front while it
 -- comes before the next bucket's head, and that bucket's next member takes
--- its place among the heads. Each bucket touched is read once per run and
--- written once; the index is written once.
+-- its place among the heads. Each bucket touched is read once (its members
+-- kept for its next runs) and written once; the index is written once.
 local function pending_take(count, limit)
   local keys, scores = {}, {}
   if count <= 0 then
@@ -600,7 +600,7 @@ local function pending_take(count, limit)
     end
     table.insert(heads, lo, h)
   end
-  local taken, old_head, new_head, touched = {}, {}, {}, {}
+  local taken, old_head, new_head, touched, bufs = {}, {}, {}, {}, {}
   while #keys < count and #heads > 0 do
     local h = heads[1]
     if limit and h.s > limit then
@@ -613,26 +613,47 @@ local function pending_take(count, limit)
       old_head[b] = h.k
       touched[#touched + 1] = b
     end
-    local want = count - #keys
-    local off = #taken[b]
-    local run
-    if PENDING_REV then
-      run = redis.call('ZRANGE', bucket_key(b), off, off + want, 'REV', 'WITHSCORES')
-    else
-      run = redis.call('ZRANGE', bucket_key(b), off, off + want, 'WITHSCORES')
-    end
+    -- The bucket's members from its head on, read once and then kept:
+    -- a bucket comes to the front again and again as runs interleave.
     local nxt = heads[1]
+    local first = true
     new_head[b] = false
-    for i = 1, #run, 2 do
-      local k, s = run[i], tonumber(run[i + 1])
-      if #keys >= count or (limit and s > limit) or (i > 1 and nxt and not comes_before(s, k, nxt.s, nxt.k)) then
+    while true do
+      local buf = bufs[b]
+      if not buf or buf.i > #buf.k then
+        if buf and not buf.more then
+          break -- the bucket is empty now
+        end
+        local want = count - #keys
+        local off = #taken[b]
+        local run
+        if PENDING_REV then
+          run = redis.call('ZRANGE', bucket_key(b), off, off + want, 'REV', 'WITHSCORES')
+        else
+          run = redis.call('ZRANGE', bucket_key(b), off, off + want, 'WITHSCORES')
+        end
+        buf = { k = {}, s = {}, raw = {}, i = 1, more = #run == 2 * (want + 1) }
+        for j = 1, #run, 2 do
+          buf.k[#buf.k + 1] = run[j]
+          buf.raw[#buf.raw + 1] = run[j + 1]
+          buf.s[#buf.s + 1] = tonumber(run[j + 1])
+        end
+        bufs[b] = buf
+        if #buf.k == 0 then
+          break
+        end
+      end
+      local k, s = buf.k[buf.i], buf.s[buf.i]
+      if #keys >= count or (limit and s > limit) or (not first and nxt and not comes_before(s, k, nxt.s, nxt.k)) then
         new_head[b] = { k = k, s = s, b = b }
         place(new_head[b])
         break
       end
       keys[#keys + 1] = k
-      scores[#scores + 1] = run[i + 1]
+      scores[#scores + 1] = buf.raw[buf.i]
       taken[b][#taken[b] + 1] = k
+      buf.i = buf.i + 1
+      first = false
     end
   end
   local changes = { rem = {}, add = {} }
