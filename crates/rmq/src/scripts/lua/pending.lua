@@ -601,6 +601,7 @@ local function pending_take(count, limit)
     table.insert(heads, lo, h)
   end
   local taken, old_head, new_head, touched, bufs = {}, {}, {}, {}, {}
+  local share = math.ceil(2 * count / math.max(#heads, 1)) + 2
   while #keys < count and #heads > 0 do
     local h = heads[1]
     if limit and h.s > limit then
@@ -624,15 +625,16 @@ local function pending_take(count, limit)
         if buf and not buf.more then
           break -- the bucket is empty now
         end
-        local want = count - #keys
+        -- About twice a bucket's share of the call, and more if it runs out.
+        local per = math.min(count - #keys + 1, share)
         local off = #taken[b]
         local run
         if PENDING_REV then
-          run = redis.call('ZRANGE', bucket_key(b), off, off + want, 'REV', 'WITHSCORES')
+          run = redis.call('ZRANGE', bucket_key(b), off, off + per - 1, 'REV', 'WITHSCORES')
         else
-          run = redis.call('ZRANGE', bucket_key(b), off, off + want, 'WITHSCORES')
+          run = redis.call('ZRANGE', bucket_key(b), off, off + per - 1, 'WITHSCORES')
         end
-        buf = { k = {}, s = {}, raw = {}, i = 1, more = #run == 2 * (want + 1) }
+        buf = { k = {}, s = {}, raw = {}, i = 1, more = #run == 2 * per }
         for j = 1, #run, 2 do
           buf.k[#buf.k + 1] = run[j]
           buf.raw[#buf.raw + 1] = run[j + 1]
