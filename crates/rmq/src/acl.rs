@@ -36,6 +36,7 @@ pub const SCRIPT_COMMANDS: &[&str] = &[
     "zcard",
     "zcount",
     "zmscore",
+    "zpopmax",
     "zpopmin",
     "zrange",
     "zrangebyscore",
