@@ -33,7 +33,7 @@ pub(crate) fn slot_tag(topic: &str, slot: u32, slots: u32) -> &'static str {
 /// order every slot script takes them as KEYS (`scripts/lua/layout.lua`
 /// describes each; a test holds the two lists together).
 pub(crate) const SLOT_KEY_NAMES: [&str; 10] = [
-    "q", // ZSET pending
+    "q", // ZSET pending (or, for a slot of many, the index of its buckets: pending.lua)
     "d", // HASH payloads
     "f", // ZSET in flight (lease deadlines)
     "n", // HASH duplicates waiting behind in-flight deliveries

@@ -309,15 +309,18 @@ async fn a_slot_written_before_buckets_is_read_and_taken_as_it_was() {
     let keys = topic.keys_of_slot(0);
     let (q, d) = (&keys[0], &keys[1]);
     // The layout before buckets: every pending message a member of q.
+    // One ZADD and one HSET (a cluster test opens a connection per call).
     let now = now_ms();
+    let mut zadd = vec!["ZADD".to_string(), q.clone()];
+    let mut hset = vec!["HSET".to_string(), d.clone()];
     for i in 0..300i64 {
         let key = format!("old{i:03}");
-        raw(
-            &backend,
-            &["ZADD", q, &(now + 2_000 + (i * 13) % 300).to_string(), &key],
-        )
-        .await;
-        raw(&backend, &["HSET", d, &key, &format!("payload{i}")]).await;
+        zadd.extend([(now + 2_000 + (i * 13) % 300).to_string(), key.clone()]);
+        hset.extend([key, format!("payload{i}")]);
+    }
+    for args in [zadd, hset] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        raw(&backend, &args).await;
     }
     let mut expected: Vec<i64> = (0..300).collect();
     expected.sort_by_key(|&i| ((i * 13) % 300, i));

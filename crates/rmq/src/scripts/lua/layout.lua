@@ -4,9 +4,10 @@
 -- to each script and nothing is global.
 --
 -- Every slot script receives the same ten keys, all under one hash tag:
---   KEYS[1] q  ZSET  pending messages, as an index: member = merge key at the
---                    head of one bucket, score = its order. The messages
---                    themselves live in the buckets <q>:<b> (pending.lua).
+--   KEYS[1] q  ZSET  pending messages: member = merge key, score = order; on a
+--                    slot of more than 120, the index of the buckets <q>:<b>
+--                    that hold them (pending.lua). Its first member is the
+--                    slot's next message either way.
 --   KEYS[2] d  HASH  merge key -> payload of a pending, retry-waiting or in-flight message
 --   KEYS[3] f  ZSET  in flight: member = delivery id "<token>,<attempts>,<score>|<key>",
 --                    score = lease deadline (ms). The id carries everything a
@@ -23,7 +24,7 @@
 --                    time in ms). A never-delivered or in-flight message has no
 --                    entry here, so a pending message costs one zset member and
 --                    one hash field holding just its payload.
--- A key is in flight when d holds it and neither q nor r does.
+-- A key is in flight when d holds it and neither the pending set nor r does.
 --   KEYS[10] l HASH  serial mode: the slot's lease: owner, epoch, until (ms)
 -- A parked duplicate (n) is "<score>|<payload>".
 -- A dead-letter record is "<attempts>,<score>,<dead_ms>,<deaths>,<errlen>|<error><payload>".
