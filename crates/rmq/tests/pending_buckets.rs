@@ -353,3 +353,22 @@ async fn a_slot_written_before_buckets_is_read_and_taken_as_it_was() {
     assert_eq!(text(&got[1].payload), "payload0");
     assert_eq!(topic.stats().await.unwrap().total.pending, 0);
 }
+
+#[tokio::test]
+async fn a_payload_left_without_its_message_is_sent_again_as_new() {
+    // A payload in d whose key is neither pending, retry-waiting nor in
+    // flight (f empty) is a leftover: a send of the key makes it pending
+    // again, as before buckets, instead of parking it behind a delivery
+    // that will never end.
+    let (backend, _c, topic) = setup(TopicKind::Priority, 1).await;
+    let keys = topic.keys_of_slot(0);
+    raw(&backend, &["HSET", &keys[1], "k", "old"]).await;
+    topic
+        .send(Message::new("new").key("k").priority(1))
+        .await
+        .unwrap();
+    let st = topic.stats().await.unwrap().total;
+    assert_eq!((st.pending, st.behind_in_flight), (1, 0));
+    let got = topic.take(1).await.unwrap();
+    assert_eq!(text(&got[0].payload), "new");
+}

@@ -658,6 +658,9 @@ local function pending_take(count, limit)
       first = false
     end
   end
+  if #touched == 0 then
+    return keys, scores -- nothing due: nothing written
+  end
   local changes = { rem = {}, add = {} }
   for _, b in ipairs(touched) do
     if #taken[b] > 0 then

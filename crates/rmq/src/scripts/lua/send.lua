@@ -125,7 +125,9 @@ if #ukeys > 0 then
   if kind == 'p' and #known > 0 and redis.call('ZCARD', K.r) > 0 then
     rs = redis.call('ZMSCORE', K.r, unpack(known))
   end
-  -- Neither pending nor waiting for a retry, yet holding a payload: in flight.
+  -- Neither pending nor waiting for a retry, yet holding a payload: in
+  -- flight (while f holds anything; else a leftover, sent again as new).
+  local flying = nil
   for j, key in ipairs(known) do
     local st = state[key]
     if qs[j] then
@@ -134,7 +136,10 @@ if #ukeys > 0 then
     elseif rs[j] then
       st.where = 'r'
     else
-      st.where = 'f'
+      if flying == nil then
+        flying = redis.call('ZCARD', K.f) > 0
+      end
+      st.where = flying and 'f' or nil
     end
   end
 end

@@ -70,7 +70,8 @@ local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner,
         if metas[i] then
           local _, s = meta_parse(metas[i])
           back[#back + 1] = key
-          back_scores[#back_scores + 1] = s
+          -- (A record without a score fails the call here, before any write.)
+          back_scores[#back_scores + 1] = s or error('rmq: the retry record of ' .. key .. ' has no score')
         end
       end
       redis.call('ZREM', K.r, unpack(ready))
