@@ -144,6 +144,20 @@ struct Ledger {
     delivered_at: Vec<Instant>,
 }
 
+/// How the consumer of [`traffic`] works: deliveries at once (and per
+/// pop), and how long each takes.
+#[derive(Clone, Copy)]
+struct Handling {
+    concurrency: usize,
+    takes: Duration,
+}
+
+/// As fast as it can: the backlog stays small.
+const FAST: Handling = Handling {
+    concurrency: 32,
+    takes: Duration::ZERO,
+};
+
 /// Producers send unique keys in batches of 20 until `stop_sending`;
 /// a consumer acks everything until `stop`.
 fn traffic(
@@ -152,6 +166,7 @@ fn traffic(
     ledger: Arc<Mutex<Ledger>>,
     stop_sending: CancellationToken,
     stop: CancellationToken,
+    handling: Handling,
 ) -> (tokio::task::JoinHandle<()>, tokio::task::JoinHandle<()>) {
     let l = ledger.clone();
     let sender = tokio::spawn(async move {
@@ -187,12 +202,15 @@ fn traffic(
     let receiver = tokio::spawn(async move {
         let _ = consumer
             .consumer()
-            .concurrency(32)
-            .batch(32)
+            .concurrency(handling.concurrency)
+            .batch(handling.concurrency)
             .rescan(Duration::from_millis(500))
             .run(stop, move |m| {
                 let l = l.clone();
                 async move {
+                    if !handling.takes.is_zero() {
+                        tokio::time::sleep(handling.takes).await;
+                    }
                     let mut l = l.lock().unwrap();
                     *l.delivered
                         .entry(String::from_utf8_lossy(&m.key).into_owned())
@@ -249,6 +267,7 @@ async fn a_master_failover_loses_no_durable_send() {
         ledger.clone(),
         stop_sending.clone(),
         stop.clone(),
+        FAST,
     );
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
@@ -324,6 +343,7 @@ async fn resharding_under_traffic_loses_nothing() {
         ledger.clone(),
         stop_sending.clone(),
         stop.clone(),
+        FAST,
     );
     tokio::time::sleep(Duration::from_millis(700)).await;
     // Move the hash slots of four topic slots to another master, key by key.
@@ -391,57 +411,18 @@ async fn resharding_a_slot_whose_pending_set_spans_many_buckets_loses_nothing() 
     }
     ledger.lock().unwrap().accepted.extend(backlog);
     let (stop_sending, stop) = (CancellationToken::new(), CancellationToken::new());
-    let l = ledger.clone();
-    let producer = topic.clone();
-    let sending = stop_sending.clone();
-    let sender = tokio::spawn(async move {
-        let mut n = 0u64;
-        while !sending.is_cancelled() {
-            let keys: Vec<String> = (0..10).map(|i| format!("m{}", n + i)).collect();
-            n += 10;
-            let msgs: Vec<Message> = keys.iter().map(|k| Message::new(k.as_str())).collect();
-            let results = producer.send_batch(&msgs).await.map(|r| r.results);
-            {
-                let mut book = l.lock().unwrap();
-                match results {
-                    Ok(results) => {
-                        for (k, r) in keys.into_iter().zip(results) {
-                            if r.is_ok() {
-                                book.accepted.insert(k);
-                            } else {
-                                book.unknown.insert(k);
-                            }
-                        }
-                    }
-                    Err(_) => book.unknown.extend(keys),
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    });
-    let l = ledger.clone();
-    let consumer = topic.clone();
-    let stopping = stop.clone();
-    let receiver = tokio::spawn(async move {
-        let _ = consumer
-            .consumer()
-            .concurrency(2)
-            .batch(2)
-            .rescan(Duration::from_millis(500))
-            .run(stopping, move |m| {
-                let l = l.clone();
-                async move {
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                    *l.lock()
-                        .unwrap()
-                        .delivered
-                        .entry(String::from_utf8_lossy(&m.key).into_owned())
-                        .or_default() += 1;
-                    Outcome::Ack
-                }
-            })
-            .await;
-    });
+    let slow = Handling {
+        concurrency: 2,
+        takes: Duration::from_millis(2),
+    };
+    let (sender, receiver) = traffic(
+        topic.clone(),
+        topic.clone(),
+        ledger.clone(),
+        stop_sending.clone(),
+        stop.clone(),
+        slow,
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let pending_then = topic.stats().await.unwrap().total.pending;
     let (_, _, moved) = move_to_another_master(&cluster, &topic, 0, 30);

@@ -119,12 +119,18 @@ local function check_all_or(all, ...)
   return check_keys(...)
 end
 
--- Calls a variadic command in chunks (Lua's unpack has a stack limit).
+-- Calls a variadic command in chunks (Lua's unpack has a stack limit);
+-- returns the sum of its integer replies (members added, fields removed...).
 local function bulk(cmd, key, args, step)
   local n = #args
   local per = 4000 - (4000 % step)
+  local sum = 0
   for i = 1, n, per do
     local j = math.min(i + per - 1, n)
-    redis.call(cmd, key, unpack(args, i, j))
+    local r = redis.call(cmd, key, unpack(args, i, j))
+    if type(r) == 'number' then
+      sum = sum + r
+    end
   end
+  return sum
 end

@@ -465,10 +465,7 @@ local function pending_put(keys, scores)
     if heads[b] then
       old_key, old_score = heads[b].k, heads[b].s
     end
-    local args = zadd_args(g.keys, g.values)
-    for i = 1, #args, 4000 do
-      st.c = st.c + redis.call('ZADD', bk, unpack(args, i, math.min(i + 3999, #args)))
-    end
+    st.c = st.c + bulk('ZADD', bk, zadd_args(g.keys, g.values), 2)
     -- The new head: the old one unless a put key comes before it, or the
     -- old head itself moved (then read it again).
     local moved_head = false
@@ -506,11 +503,7 @@ local function pending_remove(keys)
   end
   local st = pending_state()
   if st.flat then
-    local n = 0
-    for i = 1, #keys, 4000 do
-      n = n + redis.call('ZREM', K.q, unpack(keys, i, math.min(i + 3999, #keys)))
-    end
-    return n
+    return bulk('ZREM', K.q, keys, 1)
   end
   local groups, order = by_bucket(st, keys)
   local heads = heads_read(order)
@@ -520,11 +513,7 @@ local function pending_remove(keys)
     local g = groups[b]
     local bk = bucket_key(b)
     local old_key = heads[b] and heads[b].k
-    local n = 0
-    for i = 1, #g.keys, 4000 do
-      n = n + redis.call('ZREM', bk, unpack(g.keys, i, math.min(i + 3999, #g.keys)))
-    end
-    removed = removed + n
+    removed = removed + bulk('ZREM', bk, g.keys, 1)
     local head_gone = false
     for _, k in ipairs(g.keys) do
       if k == old_key then
