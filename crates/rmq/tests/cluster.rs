@@ -144,6 +144,16 @@ struct Ledger {
     delivered_at: Vec<Instant>,
 }
 
+impl Ledger {
+    /// Accepted keys never delivered.
+    fn lost(&self) -> usize {
+        self.accepted
+            .iter()
+            .filter(|k| !self.delivered.contains_key(*k))
+            .count()
+    }
+}
+
 /// How the consumer of [`traffic`] works: deliveries at once (and per
 /// pop), and how long each takes.
 #[derive(Clone, Copy)]
@@ -362,11 +372,7 @@ async fn resharding_under_traffic_loses_nothing() {
 
     {
         let l = ledger.lock().unwrap();
-        let lost = l
-            .accepted
-            .iter()
-            .filter(|k| !l.delivered.contains_key(*k))
-            .count();
+        let lost = l.lost();
         let duplicates: u32 = l.delivered.values().map(|n| n - 1).sum();
         eprintln!(
             "reshard: moved {moved_keys} keys in 4 hash slots; accepted {}, unknown {}, \
@@ -391,8 +397,8 @@ async fn resharding_a_slot_whose_pending_set_spans_many_buckets_loses_nothing() 
     // it there would fail halfway. Every writing call on a cluster names a
     // fresh request key (memo.lua), which a half-moved slot never holds, so
     // Redis answers TRYAGAIN or ASK before the script runs. Here one slot
-    // holds ~600 pending messages (a dozen buckets) while it moves, a slow
-    // consumer takes from it and a producer keeps sending.
+    // holds hundreds of pending messages (a dozen buckets or more) while it
+    // moves, a slow consumer takes from it and a producer keeps sending.
     let cluster = RedisCluster::builder().replicas(0).start();
     let client = connect(&cluster).await;
     let topic = client
@@ -435,11 +441,7 @@ async fn resharding_a_slot_whose_pending_set_spans_many_buckets_loses_nothing() 
 
     {
         let l = ledger.lock().unwrap();
-        let lost = l
-            .accepted
-            .iter()
-            .filter(|k| !l.delivered.contains_key(*k))
-            .count();
+        let lost = l.lost();
         eprintln!(
             "moved {moved} keys with {pending_then} pending; accepted {}, unknown {}, \
              delivered {}, lost {lost}",

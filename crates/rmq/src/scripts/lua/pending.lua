@@ -213,6 +213,23 @@ local function index_apply(changes)
   end
 end
 
+-- The bucket heads one step changed: each replaces its bucket's entry in
+-- the index and in <q>:h, all written at once by heads_apply.
+local function heads_moves()
+  return { rem = {}, add = {}, bs = {}, heads = {} }
+end
+
+local function head_moved(mv, b, old_key, new_key, new_score)
+  index_change(mv, old_key, new_key, new_score)
+  mv.bs[#mv.bs + 1] = b
+  mv.heads[b] = new_key and { k = new_key, s = new_score } or false
+end
+
+local function heads_apply(mv)
+  index_apply(mv)
+  heads_write(mv.bs, mv.heads)
+end
+
 -- Reads a whole bucket: keys and scores (numbers).
 local function bucket_all(bk)
   local r = redis.call('ZRANGE', bk, 0, -1, 'WITHSCORES')
@@ -274,16 +291,12 @@ local function pending_split(st)
     bulk('ZREM', bk, move_k, 1)
   end
   bulk('ZADD', nk, zadd_args(move_k, move_s), 2)
-  local changes = { rem = {}, add = {} }
+  local mv = heads_moves()
   local sk, ss = best_of(stay_k, stay_s)
-  index_change(changes, old_head, sk, ss)
+  head_moved(mv, buddy, old_head, sk, ss)
   local mk, ms = best_of(move_k, move_s)
-  index_change(changes, nil, mk, ms)
-  index_apply(changes)
-  heads_write({ buddy, new }, {
-    [buddy] = sk and { k = sk, s = ss } or false,
-    [new] = { k = mk, s = ms },
-  })
+  head_moved(mv, new, nil, mk, ms)
+  heads_apply(mv)
 end
 
 -- Removes the last bucket, its keys moving into its buddy.
@@ -457,7 +470,7 @@ local function pending_put(keys, scores)
   end
   local groups, order = by_bucket(st, keys, scores)
   local heads = heads_read(order)
-  local changes, changed, new_heads = { rem = {}, add = {} }, {}, {}
+  local mv = heads_moves()
   for _, b in ipairs(order) do
     local g = groups[b]
     local bk = bucket_key(b)
@@ -486,13 +499,10 @@ local function pending_put(keys, scores)
       end
     end
     if new_key ~= old_key or new_score ~= old_score then
-      index_change(changes, old_key, new_key, new_score)
-      changed[#changed + 1] = b
-      new_heads[b] = new_key and { k = new_key, s = new_score } or false
+      head_moved(mv, b, old_key, new_key, new_score)
     end
   end
-  index_apply(changes)
-  heads_write(changed, new_heads)
+  heads_apply(mv)
   pending_settle(st)
 end
 
@@ -507,7 +517,7 @@ local function pending_remove(keys)
   end
   local groups, order = by_bucket(st, keys)
   local heads = heads_read(order)
-  local changes, changed, new_heads = { rem = {}, add = {} }, {}, {}
+  local mv = heads_moves()
   local removed = 0
   for _, b in ipairs(order) do
     local g = groups[b]
@@ -521,14 +531,10 @@ local function pending_remove(keys)
       end
     end
     if head_gone then
-      local new_key, new_score = bucket_head(bk)
-      index_change(changes, old_key, new_key, new_score)
-      changed[#changed + 1] = b
-      new_heads[b] = new_key and { k = new_key, s = new_score } or false
+      head_moved(mv, b, old_key, bucket_head(bk))
     end
   end
-  index_apply(changes)
-  heads_write(changed, new_heads)
+  heads_apply(mv)
   st.c = math.max(st.c - removed, 0)
   pending_settle(st)
   return removed
@@ -650,16 +656,15 @@ local function pending_take(count, limit)
   if #touched == 0 then
     return keys, scores -- nothing due: nothing written
   end
-  local changes = { rem = {}, add = {} }
+  local mv = heads_moves()
   for _, b in ipairs(touched) do
     if #taken[b] > 0 then
       bulk('ZREM', bucket_key(b), taken[b], 1)
     end
     local nh = new_head[b]
-    index_change(changes, old_head[b], nh and nh.k, nh and nh.s)
+    head_moved(mv, b, old_head[b], nh and nh.k, nh and nh.s)
   end
-  index_apply(changes)
-  heads_write(touched, new_head)
+  heads_apply(mv)
   st.c = math.max(st.c - #keys, 0)
   pending_settle(st)
   return keys, scores
