@@ -3,6 +3,7 @@
 //! is lost; calls fail with retryable errors and consumers resume.
 #![allow(clippy::unwrap_used)]
 mod common;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
@@ -344,4 +345,99 @@ async fn an_ack_whose_reply_was_lost_and_whose_retry_finds_it_ended_is_reported_
     assert_eq!(e.kind(), ErrorKind::OutcomeUnknown, "{e}");
     assert!(!e.is_retryable());
     assert_eq!(topic.stats().await.unwrap().total.acked, 1, "it did run");
+}
+
+#[tokio::test]
+async fn a_serial_owner_cut_off_from_redis_gives_its_message_back_at_its_place() {
+    // I5 across a handover: the owner handling an entity's first message is
+    // cut off from Redis (every script call held), so it gives the slot up
+    // locally and stops the handler while Redis still holds its lease. The
+    // message must come back ahead of the entity's later messages: not
+    // after a nack's backoff (30 s here), which would let them go first.
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.addr());
+    let client = Client::connect(&proxy.url()).await.unwrap();
+    let topic = client
+        .define_topic(
+            TopicSpec::new("t", TopicKind::Priority)
+                .slots(1)
+                .lease(Duration::from_secs(3))
+                .backoff(Duration::from_secs(30), Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    for i in 0..5 {
+        topic
+            .send(Message::new(format!("e-{i}")).slot_basis("e"))
+            .await
+            .unwrap();
+    }
+    let handled = Arc::new(Mutex::new(Vec::<(String, u32)>::new()));
+    let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
+    let (stopped_tx, stopped) = tokio::sync::oneshot::channel::<()>();
+    let first = Arc::new(Mutex::new(Some((started_tx, stopped_tx))));
+    let stop = rmq::CancellationToken::new();
+    let run = {
+        let (topic, handled, stop) = (topic.clone(), handled.clone(), stop.clone());
+        tokio::spawn(async move {
+            topic
+                .consumer()
+                .serial("g")
+                .member_timeout(Duration::from_secs(3))
+                .slot_lease(Duration::from_secs(3))
+                .run(stop, move |m| {
+                    let (handled, first) = (handled.clone(), first.clone());
+                    async move {
+                        let p = String::from_utf8(m.payload.clone()).unwrap();
+                        handled.lock().unwrap().push((p, m.attempt));
+                        let hang = first.lock().unwrap().take();
+                        if let Some((started, stopped)) = hang {
+                            // Hangs until the consumer drops it (lease lost).
+                            struct OnDrop(Option<tokio::sync::oneshot::Sender<()>>);
+                            impl Drop for OnDrop {
+                                fn drop(&mut self) {
+                                    if let Some(t) = self.0.take() {
+                                        let _ = t.send(());
+                                    }
+                                }
+                            }
+                            let _guard = OnDrop(Some(stopped));
+                            let _ = started.send(());
+                            std::future::pending::<()>().await;
+                        }
+                        Outcome::Ack
+                    }
+                })
+                .await
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(30), started)
+        .await
+        .expect("the first message reaches its handler")
+        .unwrap();
+    proxy.hold_from(b"EVALSHA", 1);
+    tokio::time::timeout(Duration::from_secs(30), stopped)
+        .await
+        .expect("the cut-off owner stops its handler")
+        .unwrap();
+    proxy.release();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while handled.lock().unwrap().len() < 6 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), run).await;
+    let handled = handled.lock().unwrap().clone();
+    let expected: Vec<(String, u32)> = [
+        ("e-0", 1),
+        ("e-0", 2),
+        ("e-1", 1),
+        ("e-2", 1),
+        ("e-3", 1),
+        ("e-4", 1),
+    ]
+    .iter()
+    .map(|(p, a)| (p.to_string(), *a))
+    .collect();
+    assert_eq!(handled, expected, "the entity's messages in order");
 }

@@ -205,7 +205,7 @@ impl Delivery {
         if let Some(p) = self.probe.take() {
             p.end(match op {
                 Op::Ack => Some(true),
-                Op::Nack { .. } | Op::Dead { .. } => Some(false),
+                Op::Nack { .. } | Op::Dead { .. } | Op::Lost { .. } => Some(false),
                 Op::Release | Op::Extend { .. } => None,
             });
         }
@@ -490,15 +490,23 @@ impl Drop for Delivery {
     fn drop(&mut self) {
         if !self.ended {
             let m = &self.msg;
-            self.settler.settle_detached(
-                m.slot,
-                m.id.clone(),
-                self.fence(),
+            // A serial delivery whose slot lease was lost goes back at its
+            // place (if the lease is still ours in Redis; else the next
+            // owner rolls it back there once its message lease ends): a
+            // nack's backoff would let the entity's later messages go first.
+            let lost = self.claim.as_ref().is_some_and(|c| !c.is_current());
+            let op = if lost {
+                Op::Lost {
+                    error: "slot lease lost while handling".into(),
+                }
+            } else {
                 Op::Nack {
                     delay_ms: -1,
                     error: "delivery dropped without being ended".into(),
-                },
-            );
+                }
+            };
+            self.settler
+                .settle_detached(m.slot, m.id.clone(), self.fence(), op);
         }
         if let Some(p) = self.probe.take() {
             p.end(if self.ended { None } else { Some(false) });

@@ -49,10 +49,23 @@ pub(crate) const TAKE_ARGV: [&str; 14] = [
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
     Ack,
-    Nack { delay_ms: i64, error: String },
-    Dead { error: String },
-    Extend { ms: u64 },
+    Nack {
+        delay_ms: i64,
+        error: String,
+    },
+    Dead {
+        error: String,
+    },
+    Extend {
+        ms: u64,
+    },
     Release,
+    /// Serial mode: the caller lost the slot's lease while it held this
+    /// delivery; the message goes back at its place at once (the attempt
+    /// counts), ahead of the entity's later messages.
+    Lost {
+        error: String,
+    },
 }
 
 impl Op {
@@ -64,6 +77,7 @@ impl Op {
             Op::Dead { .. } => b'd',
             Op::Extend { .. } => b'e',
             Op::Release => b'r',
+            Op::Lost { .. } => b'l',
         }
     }
 }
@@ -140,7 +154,7 @@ impl SettleRequest<'_> {
                     args.push(num.as_bytes());
                     args.push(error.as_bytes());
                 }
-                Op::Dead { error } => args.push(error.as_bytes()),
+                Op::Dead { error } | Op::Lost { error } => args.push(error.as_bytes()),
                 Op::Extend { .. } => args.push(num.as_bytes()),
                 Op::Ack | Op::Release => {}
             }

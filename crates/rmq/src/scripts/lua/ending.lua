@@ -26,12 +26,12 @@ local function settle_slot(kind, cfg, jitter, channel, slot, owner, epoch, ops, 
       num_of[i] = tonumber(ARGV[at]) or -1
       at = at + 1
     end
-    if op == 'n' or op == 'd' then
+    if op == 'n' or op == 'd' or op == 'l' then
       err_of[i] = ARGV[at]
       at = at + 1
     end
-    if not id_of[i] or (op == 'n' and not err_of[i]) or (op == 'd' and not err_of[i])
-        or (op == 'e' and not num_of[i]) or not string.find('andre', op, 1, true) then
+    if not id_of[i] or ((op == 'n' or op == 'd' or op == 'l') and not err_of[i])
+        or (op == 'e' and not num_of[i]) or not string.find('andrel', op, 1, true) then
       return redis.error_reply('RMQ_BADARG settle operation ' .. i .. ' is malformed')
     end
   end
@@ -178,7 +178,7 @@ local function settle_slot(kind, cfg, jitter, channel, slot, owner, epoch, ops, 
           end
           requeued = true
         else
-          local r = fail(kind, id, err_of[i], num_of[i], now, cfg, c, (jitter + i * 0.6180339887) % 1)
+          local r = fail(kind, id, err_of[i], num_of[i] or -1, now, cfg, c, (jitter + i * 0.6180339887) % 1, op == 'l')
           if r == 'dead' then
             code = 2
           elseif r == 'superseded' then

@@ -6,7 +6,9 @@
 -- lease at its epoch; a parallel caller always may), whether a serial owner
 -- holds the slot now, until when (ms), and whether the slot is paused (the
 -- lease hash also holds the topic's pause flag, `paused`, see pause.lua:
--- one read answers both).
+-- one read answers both), and whether the slot is serial: an owner is
+-- recorded, live or not (a release clears it, and is refused while a
+-- delivery is in flight, so a delivery of a serial slot always finds one).
 -- The lease hash as read by this call: no script that checks a lease
 -- writes one, so a call that settles and then takes reads it once.
 local LEASE_READ
@@ -18,10 +20,11 @@ local function lease_check(owner, epoch, now)
   local till = tonumber(l[3] or '0') or 0
   local live = l[1] ~= false and l[1] ~= '' and till > now
   local paused = l[4] ~= false
+  local serial = l[1] ~= false and l[1] ~= ''
   if owner == '' then
-    return true, live, till, paused
+    return true, live, till, paused, serial
   end
-  return live and l[1] == owner and l[2] == epoch, live, till, paused
+  return live and l[1] == owner and l[2] == epoch, live, till, paused, serial
 end
 
 local function fenced_reply(slot, epoch)

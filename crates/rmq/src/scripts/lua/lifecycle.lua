@@ -92,7 +92,11 @@ end
 -- after the last attempt, else a retry that keeps the kind's ordering after
 -- a backoff. A duplicate parked behind it supersedes it (the newer payload
 -- wins); a cancelled one ends. Returns 'dead', 'superseded', 'cancelled' or 'retry'.
-local function fail(kind, id, err, delay, now, cfg, c, jitter)
+-- at_place: the retry goes back at once with the score it was taken with,
+-- ahead of every message that came after it (serial mode, when the owner
+-- that took it lost the slot: the entity's order holds across the
+-- handover); the attempt still counts.
+local function fail(kind, id, err, delay, now, cfg, c, jitter, at_place)
   local _, a, s, key, origin = flight_parse(id)
   redis.call('ZREM', K.f, id)
   if not key then
@@ -139,6 +143,11 @@ local function fail(kind, id, err, delay, now, cfg, c, jitter)
     release_parked(key, parked)
     c.merged = c.merged + 1
     return 'superseded'
+  end
+  if at_place then
+    redis.call('HSET', K.a, key, meta_make(a, s, err, origin))
+    pending_put({ key }, { s })
+    return 'retry'
   end
   if delay < 0 then
     delay = backoff(a, cfg.backoff_ms, cfg.backoff_max_ms, jitter)

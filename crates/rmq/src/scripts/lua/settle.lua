@@ -15,6 +15,10 @@
 --   'e' extend: the lease now ends <ms> from now               args: id, ms
 --   'r' release: give the message back untouched (the attempt
 --       is not counted)                                        args: id
+--   'l' lost: serial mode, the caller lost the slot's lease while
+--       handling it: back at once at its place, ahead of the
+--       entity's later messages (the attempt is counted; dead
+--       after the last)                                        args: id, error text
 -- ARGV[13..] args: the operations' args, in the same order.
 -- A delivery is named by the id pop returned; an id that is not in flight
 -- (lease expired and rolled back, or taken again) is refused.

@@ -12,7 +12,7 @@ local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner,
   local now = now_ms()
   pending_use(kind)
 
-  local fence_ok, leased, leased_until, paused = lease_check(owner, epoch, now)
+  local fence_ok, leased, leased_until, paused, serial = lease_check(owner, epoch, now)
   if not fence_ok then
     return fenced_reply(slot, epoch)
   end
@@ -45,9 +45,12 @@ local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner,
   trim_dead(cfg.dead_ttl, now, c)
   -- Leases that ran out and ended their message (dead, superseded or
   -- cancelled): the caller gives a bounded topic's room back for them.
+  -- In a serial slot the owner that took it is gone (frozen, crashed, cut
+  -- off): the message goes back at its place, not after a backoff, so the
+  -- next owner handles it before the entity's later messages (I5).
   local ended = 0
   for i, id in ipairs(expired) do
-    if fail(kind, id, 'lease expired', -1, now, cfg, c, (jitter + i * 0.6180339887) % 1) ~= 'retry' then
+    if fail(kind, id, 'lease expired', -1, now, cfg, c, (jitter + i * 0.6180339887) % 1, serial or owner ~= '') ~= 'retry' then
       ended = ended + 1
     end
   end
