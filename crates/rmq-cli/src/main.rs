@@ -43,7 +43,13 @@ pub struct Cli {
 #[derive(Debug, Clone, clap::Args)]
 pub struct Global {
     /// Redis URL [default: env REDIS_URL, else redis://127.0.0.1:6379]
-    #[arg(long = "redis", value_name = "URL", env = "REDIS_URL", global = true)]
+    #[arg(
+        long = "redis",
+        value_name = "URL",
+        env = "REDIS_URL",
+        hide_env_values = true,
+        global = true
+    )]
     pub redis: Option<String>,
     /// Treat --redis as the seed node(s) of a Redis Cluster (one URL, or
     /// several separated by commas)

@@ -19,7 +19,12 @@ use crate::{connect, CliError, CliResult, Global};
 #[derive(Debug, Args)]
 pub struct Pg {
     /// The store's PostgreSQL: postgres://USER@HOST:PORT/DB (no TLS)
-    #[arg(long = "pg", value_name = "URL", env = "RMQ_PG_URL")]
+    #[arg(
+        long = "pg",
+        value_name = "URL",
+        env = "RMQ_PG_URL",
+        hide_env_values = true
+    )]
     pub url: String,
 }
 

@@ -235,18 +235,78 @@ impl ClientOptions {
     }
 }
 
-/// The URL with any password replaced by `***`.
+/// Parameter names whose values are secrets, wherever they stand: in a
+/// URL's query (`redis+unix:///s.sock?pass=…`, `postgres://h/db?password=…`,
+/// `nats://h?token=…`) or in a key-value string (`host=h password=…`).
+const SECRET_PARAMS: [&str; 9] = [
+    "password",
+    "passwd",
+    "pass",
+    "pwd",
+    "token",
+    "auth",
+    "secret",
+    "sslpassword",
+    "access_token",
+];
+
+/// The text with every credential replaced by `***`: the user-info
+/// password of each URL (or the user-info itself when it is one word, a
+/// token), and the value of every secret parameter ([`SECRET_PARAMS`]).
+/// Several URLs separated by commas (a cluster's seeds) are each redacted.
+/// For every address a tool prints: Redis, PostgreSQL, AMQP, NATS, ZooKeeper.
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let userinfo = &url[s + 3..at];
-            match userinfo.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..s + 3], &userinfo[..c], &url[at..]),
-                None => format!("{}***{}", &url[..s + 3], &url[at..]),
-            }
+    url.split(',')
+        .map(|one| redact_params(&redact_userinfo(one)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `scheme://user:secret@host` → `scheme://user:***@host`;
+/// `scheme://secret@host` → `scheme://***@host`.
+fn redact_userinfo(url: &str) -> String {
+    let Some(s) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[s + 3..];
+    // The user-info ends at the last '@' before the path or query.
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    let userinfo = &rest[..at];
+    let shown = match userinfo.find(':') {
+        Some(c) => format!("{}:***", &userinfo[..c]),
+        None => "***".to_string(),
+    };
+    format!("{}{shown}{}", &url[..s + 3], &rest[at..])
+}
+
+/// Every `name=value` whose name is a secret's (any case), after `?`, `&`,
+/// `;`, white space or at the start, keeps its name and shows `***`.
+fn redact_params(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(eq) = rest.find('=') {
+        let before = &rest[..eq];
+        let name_start = before
+            .rfind(|c: char| c == '?' || c == '&' || c == ';' || c.is_whitespace())
+            .map_or(0, |i| i + 1);
+        let name = &before[name_start..];
+        let value_len = rest[eq + 1..]
+            .find(|c: char| c == '&' || c == ';' || c == '#' || c.is_whitespace())
+            .unwrap_or(rest.len() - eq - 1);
+        out.push_str(&rest[..=eq]);
+        let value = &rest[eq + 1..eq + 1 + value_len];
+        if SECRET_PARAMS.iter().any(|p| name.eq_ignore_ascii_case(p)) && !value.is_empty() {
+            out.push_str("***");
+        } else {
+            out.push_str(value);
         }
-        _ => url.to_string(),
+        rest = &rest[eq + 1 + value_len..];
     }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -258,5 +318,46 @@ mod tests {
         assert_eq!(redact("redis://u:secret@h:1"), "redis://u:***@h:1");
         assert_eq!(redact("redis://secret@h:1"), "redis://***@h:1");
         assert_eq!(redact("redis://h:1"), "redis://h:1");
+    }
+
+    #[test]
+    fn every_form_of_credential_is_redacted() {
+        for (url, shown) in [
+            (
+                "redis+unix:///run/r.sock?db=2&pass=s3cr3t",
+                "redis+unix:///run/r.sock?db=2&pass=***",
+            ),
+            (
+                "redis+unix:///run/r.sock?user=u&password=s3cr3t",
+                "redis+unix:///run/r.sock?user=u&password=***",
+            ),
+            (
+                "redis://:s3cr3t@h1:1,redis://:s3cr3t@h2:2",
+                "redis://:***@h1:1,redis://:***@h2:2",
+            ),
+            (
+                "postgres://app:s3cr3t@db:5432/app?sslmode=require&sslpassword=s3cr3t",
+                "postgres://app:***@db:5432/app?sslmode=require&sslpassword=***",
+            ),
+            (
+                "host=db user=app password=s3cr3t dbname=app",
+                "host=db user=app password=*** dbname=app",
+            ),
+            (
+                "amqp://guest:s3cr3t@h:5672/%2f",
+                "amqp://guest:***@h:5672/%2f",
+            ),
+            ("nats://s3cr3t@h:4222", "nats://***@h:4222"),
+            (
+                "nats://h:4222?subject=a&token=s3cr3t",
+                "nats://h:4222?subject=a&token=***",
+            ),
+            ("zk://u:s3cr3t@h:2181/rmq", "zk://u:***@h:2181/rmq"),
+            // An '@' in the path is not a user-info.
+            ("redis://h:1/0?x=a@b", "redis://h:1/0?x=a@b"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+            assert!(!redact(url).contains("s3cr3t"));
+        }
     }
 }

@@ -117,7 +117,7 @@ pub struct ConsumeArgs {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// The message store under the topic (`rmq store`): report each ack and
     /// dead letter to it (batched), so it knows what finished
-    #[arg(long, value_name = "URL", env = "RMQ_PG_URL")]
+    #[arg(long, value_name = "URL", env = "RMQ_PG_URL", hide_env_values = true)]
     pub store_pg: Option<String>,
 }
 
