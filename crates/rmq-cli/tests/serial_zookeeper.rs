@@ -216,3 +216,69 @@ fn an_unreachable_or_malformed_coordinator_stops_the_consumer_before_it_takes_an
     let st = env.stats("s");
     assert_eq!(st["delivered"].as_u64(), Some(0), "nothing was taken");
 }
+
+#[test]
+fn a_consumer_started_before_zookeeper_waits_for_it_and_then_consumes() {
+    // A whole-cluster reboot starts consumers and ZooKeeper together: the
+    // consumer keeps trying (for --coordinator-wait) instead of exiting.
+    let env = Env::new();
+    env.ok(&["topic", "create", "s", "--kind", "priority", "--slots", "2"]);
+    env.rmq_in(&["send", "s", "--key", "k"], b"p").success();
+    let mut zk = ZooKeeperServer::start();
+    let address = zk.address("rmq");
+    zk.kill(); // down when the consumer starts, back on the same port later
+    let mut consumer = env
+        .cmd(&[
+            "consume",
+            "s",
+            "--serial",
+            "--coordinator",
+            &address,
+            "--member-timeout",
+            "1000",
+            "--coordinator-wait",
+            "60000",
+            "--max",
+            "1",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert!(
+        consumer.try_wait().unwrap().is_none(),
+        "the consumer waits for ZooKeeper"
+    );
+    zk.restart();
+    let status =
+        wait_limited(&mut consumer, Duration::from_secs(60)).expect("it consumes and stops");
+    assert!(status.success(), "{status:?}");
+    assert_eq!(env.stats("s")["acked"].as_u64(), Some(1));
+}
+
+#[test]
+fn a_coordinator_that_stays_unreachable_fails_after_the_wait_with_a_clear_error() {
+    let env = Env::new();
+    env.ok(&["topic", "create", "s", "--kind", "priority", "--slots", "2"]);
+    let port = rmq_test_support::free_port();
+    let unreachable = format!("zk://127.0.0.1:{port}/rmq");
+    let started = std::time::Instant::now();
+    let r = env.rmq(&[
+        "consume",
+        "s",
+        "--serial",
+        "--coordinator",
+        &unreachable,
+        "--member-timeout",
+        "1000",
+        "--coordinator-wait",
+        "1500",
+    ]);
+    assert!(r.one_error(1).contains("is unreachable"), "{r:?}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1_500),
+        "it kept trying for the wait"
+    );
+}

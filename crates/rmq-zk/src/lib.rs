@@ -86,10 +86,27 @@ impl ZooKeeper {
     /// # Errors
     ///
     /// [`ZkError::BadAddress`], or [`ZkError::Unreachable`] when no server
-    /// answers within about the session timeout.
+    /// answers within about the session timeout (tried again meanwhile:
+    /// see [`ZooKeeper::connect_within`]).
     pub async fn connect(address: &str, session_timeout: Duration) -> Result<ZooKeeper, ZkError> {
+        Self::connect_within(address, session_timeout, session_timeout).await
+    }
+
+    /// Like [`ZooKeeper::connect`], trying again for `wait` while no server
+    /// answers: a process started together with ZooKeeper (a whole-cluster
+    /// reboot) waits for it instead of failing.
+    ///
+    /// # Errors
+    ///
+    /// [`ZkError::BadAddress`] at once, or [`ZkError::Unreachable`] when no
+    /// server answered within `wait`.
+    pub async fn connect_within(
+        address: &str,
+        session_timeout: Duration,
+        wait: Duration,
+    ) -> Result<ZooKeeper, ZkError> {
         let address = ZkAddress::parse(address)?;
-        let session = Session::open(address, session_timeout).await?;
+        let session = Session::open(address, session_timeout, wait).await?;
         Ok(ZooKeeper {
             session: Arc::new(session),
         })

@@ -45,9 +45,29 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// Opens the first session: an unreachable ensemble is an error here.
-    pub(crate) async fn open(address: ZkAddress, timeout: Duration) -> Result<Session, ZkError> {
-        let client = connect(&address, timeout).await?;
+    /// Opens the first session, trying again for `wait` while no server
+    /// answers (a whole-cluster reboot starts consumers and ZooKeeper
+    /// together): an ensemble still unreachable then is an error.
+    pub(crate) async fn open(
+        address: ZkAddress,
+        timeout: Duration,
+        wait: Duration,
+    ) -> Result<Session, ZkError> {
+        let until = tokio::time::Instant::now() + wait;
+        let client = loop {
+            match connect(&address, timeout).await {
+                Ok(client) => break client,
+                Err(e) => {
+                    let now = tokio::time::Instant::now();
+                    if now >= until {
+                        return Err(e);
+                    }
+                    tracing::info!(zookeeper = %address, "waiting for ZooKeeper: {e}");
+                    // A last try once the wait is over.
+                    tokio::time::sleep(RENEW_PAUSE.min(until - now)).await;
+                }
+            }
+        };
         Ok(Session {
             address,
             timeout,

@@ -50,6 +50,11 @@ pub struct ForwardArgs {
     /// session); fencing stays in Redis
     #[arg(long, value_name = "URL", default_value = "redis", requires = "serial")]
     pub coordinator: String,
+    /// Serial mode with ZooKeeper: how long to keep trying to reach it at
+    /// start (a whole-cluster reboot starts it with the forwarders) before
+    /// failing
+    #[arg(long, value_name = "MS", default_value_t = 6000, requires = "serial")]
+    pub coordinator_wait: u64,
     /// Serve this process's metrics (deliveries, due-to-taken lateness,
     /// publish duration and outcomes) for Prometheus at http://ADDR/metrics
     #[arg(long, value_name = "ADDR")]
@@ -86,8 +91,13 @@ pub async fn run(g: &Global, args: ForwardArgs) -> CliResult {
         TargetError::Invalid(_) | TargetError::Missing(_) => CliError::usage(e.to_string()),
     })?;
     tracing::info!(topic = %args.topic, to = %target, "forwarding");
-    let coordinator =
-        crate::coordinator::open(args.serial, &args.coordinator, MEMBER_TIMEOUT).await?;
+    let coordinator = crate::coordinator::open(
+        args.serial,
+        &args.coordinator,
+        MEMBER_TIMEOUT,
+        std::time::Duration::from_millis(args.coordinator_wait),
+    )
+    .await?;
 
     let mut forwarder = Forwarder::new(topic, sink)
         .concurrency(usize::from(args.concurrency))

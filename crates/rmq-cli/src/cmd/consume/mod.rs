@@ -95,6 +95,11 @@ pub struct ConsumeArgs {
     /// session timeout is --member-timeout); fencing stays in Redis
     #[arg(long, value_name = "URL", default_value = "redis", requires = "serial")]
     pub coordinator: String,
+    /// Serial mode with ZooKeeper: how long to keep trying to reach it at
+    /// start (a whole-cluster reboot starts it with the consumers) before
+    /// failing [default: --member-timeout]
+    #[arg(long, value_name = "MS", requires = "serial")]
+    pub coordinator_wait: Option<u64>,
     /// Several topics: fixed shares instead of adaptive ones (the pool split
     /// by --share-weight, each topic capped at its --share-max)
     #[arg(long)]
@@ -286,6 +291,7 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
         a.serial,
         &a.coordinator,
         Duration::from_millis(a.member_timeout),
+        Duration::from_millis(a.coordinator_wait.unwrap_or(a.member_timeout)),
     )
     .await?;
     let mut stream = source::Source::start(&a, topics, coordinator, cancel.clone());
