@@ -31,6 +31,8 @@ mod recover;
 mod relay;
 mod retention;
 mod schema;
+#[doc(hidden)]
+pub mod sql;
 mod store;
 mod topics;
 

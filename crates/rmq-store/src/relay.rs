@@ -251,16 +251,7 @@ impl Relay {
         let resting: Vec<&str> = self.resting.keys().map(String::as_str).collect();
         let tx = self.pg.transaction().await?;
         let rows = tx
-            .query(
-                "SELECT id, topic, merge_key, slot_basis, payload, priority, due_ms
-                 FROM rmq_messages
-                 WHERE status = 'stored' AND load_ms <= rmq_now_ms() + $1
-                   AND topic <> ALL($3)
-                 ORDER BY load_ms, id
-                 LIMIT $2
-                 FOR UPDATE SKIP LOCKED",
-                &[&window, &limit, &resting],
-            )
+            .query(crate::sql::TAKE_DUE, &[&window, &limit, &resting])
             .await?;
         if rows.is_empty() {
             return Ok(0);
