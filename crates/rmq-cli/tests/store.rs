@@ -64,7 +64,7 @@ fn relays_sigkilled_at_random_points_deliver_every_committed_message() {
     let pg = PostgresServer::start();
     let url = pg.url();
     let r = env.ok(&["store", "migrate", "--pg", &url]);
-    assert_eq!(r.stdout.trim(), "store schema at version 1");
+    assert_eq!(r.stdout.trim(), "store schema at version 2");
     env.ok(&[
         "topic", "create", "orders", "--kind", "priority", "--slots", "8",
     ]);

@@ -24,6 +24,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::Result;
 
+/// Its sessions' `application_name`.
+const APP: &str = "rmq-finisher";
 /// How long reports wait to be written together.
 const LINGER: Duration = Duration::from_millis(50);
 /// The most reports one statement writes.
@@ -68,7 +70,7 @@ pub struct Finisher {
 impl Finisher {
     /// Opens a connection of its own and starts the writer task.
     pub async fn connect(conninfo: &str) -> Result<Finisher> {
-        let pg = crate::store::connect(conninfo).await?;
+        let pg = crate::store::connect(conninfo, APP).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(pg, conninfo.to_string(), rx));
         Ok(Finisher { tx })
@@ -250,7 +252,7 @@ async fn write_until_done(
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
                 if pg.is_closed() {
-                    if let Ok(c) = crate::store::connect(conninfo).await {
+                    if let Ok(c) = crate::store::connect(conninfo, APP).await {
                         *pg = c;
                     }
                 }

@@ -42,6 +42,6 @@ pub use outbox::Stored;
 pub use recover::Recovered;
 pub use relay::{Relay, RelayOptions, RelayReport};
 pub use schema::SCHEMA_VERSION;
-pub use store::{Counts, Store};
+pub use store::{Counts, Store, TopicStats};
 pub use tokio_postgres;
 pub use topics::StoredTopic;

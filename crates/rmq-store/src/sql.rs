@@ -3,14 +3,16 @@
 //! (`tests/scale.rs`): each must find its rows through an index, never by
 //! reading every stored or queued row.
 
-/// A relay's batch: up to `$2` stored rows due to load within `$1` ms of
-/// the database's clock, oldest load time first, locked for this relay.
-pub const TAKE_DUE: &str = "SELECT id, topic, merge_key, slot_basis, payload, priority, due_ms
+/// A relay's batch of one topic: up to `$3` of topic `$1`'s stored rows
+/// due to load within `$2` ms of the database's clock, oldest load time
+/// first, locked for this relay. The bound is fixed when the statement
+/// starts (`rmq_statement_ms()` is STABLE), so it is an index condition on
+/// `(topic, load_ms, id)`: the scan stops at the first row not due.
+pub const TAKE_DUE: &str = "SELECT id, merge_key, slot_basis, payload, priority, due_ms
      FROM rmq_messages
-     WHERE status = 'stored' AND load_ms <= rmq_now_ms() + $1
-       AND topic <> ALL($3)
+     WHERE status = 'stored' AND topic = $1 AND load_ms <= rmq_statement_ms() + $2
      ORDER BY load_ms, id
-     LIMIT $2
+     LIMIT $3
      FOR UPDATE SKIP LOCKED";
 
 /// A recovery's page: topic `$1`'s queued rows after id `$2`, `$3` of
