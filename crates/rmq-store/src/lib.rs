@@ -37,7 +37,7 @@ mod store;
 mod topics;
 
 pub use error::{Result, StoreError};
-pub use finish::Finisher;
+pub use finish::{Finisher, MAX_BUFFERED};
 pub use outbox::Stored;
 pub use recover::Recovered;
 pub use relay::{Relay, RelayOptions, RelayReport};

@@ -145,9 +145,18 @@ impl Store {
         Ok(stats)
     }
 
-    /// A reporter of finished deliveries on a connection of its own.
+    /// A reporter of finished deliveries on a connection of its own
+    /// (keeping up to [`crate::MAX_BUFFERED`] reports while
+    /// PostgreSQL is unreachable).
     pub async fn finisher(&self) -> Result<Finisher> {
         Finisher::connect(&self.conninfo).await
+    }
+
+    /// [`Store::finisher`] keeping up to `bound` reports while they cannot
+    /// be written; beyond it, new reports are dropped and counted
+    /// ([`Finisher::dropped`]), their rows left queued.
+    pub async fn finisher_bounded(&self, bound: usize) -> Result<Finisher> {
+        Finisher::connect_bounded(&self.conninfo, bound).await
     }
 
     /// Re-queues what the store holds as not finished and Redis no longer
