@@ -64,7 +64,7 @@ fn relays_sigkilled_at_random_points_deliver_every_committed_message() {
     let pg = PostgresServer::start();
     let url = pg.url();
     let r = env.ok(&["store", "migrate", "--pg", &url]);
-    assert_eq!(r.stdout.trim(), "store schema at version 1");
+    assert_eq!(r.stdout.trim(), "store schema at version 2");
     env.ok(&[
         "topic", "create", "orders", "--kind", "priority", "--slots", "8",
     ]);
@@ -226,4 +226,33 @@ fn an_unreachable_or_unmigrated_database_and_bad_input_get_one_error_line() {
         stats[0]["done"], 1,
         "the ack reached the store before rmq consume exited: {stats:?} {consumed:?}"
     );
+    // A definition this rmq cannot read (written by hand, or by another
+    // version) is shown with what is wrong, and hides no other topic.
+    env.ok(&[
+        "topic", "create", "broken", "--kind", "priority", "--slots", "2",
+    ]);
+    env.ok(&["store", "define", "broken", "--pg", &url]);
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let (app, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        app.execute(
+            "UPDATE rmq_topics SET spec = spec - 'kind' WHERE name = 'broken'",
+            &[],
+        )
+        .await
+        .unwrap();
+    });
+    let stats = env.ok(&["--json", "store", "stats", "--pg", &url]).json();
+    assert_eq!(
+        (&stats[0]["topic"], &stats[1]["topic"], &stats[1]["done"]),
+        (&"broken".into(), &"jobs".into(), &1.into()),
+        "{stats:?}"
+    );
+    let problem = stats[0]["problem"].as_str().unwrap_or_default();
+    assert!(problem.contains("kind"), "{stats:?}");
+    assert!(stats[1].get("problem").is_none(), "{stats:?}");
+    let r = env.ok(&["store", "stats", "--pg", &url]);
+    assert!(r.stdout.contains("SKIPPED BY RELAYS"), "{r:?}");
 }

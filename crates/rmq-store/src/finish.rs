@@ -12,18 +12,29 @@
 //! report's first try, and up to 2 s for its retries.
 //!
 //! Reports that cannot be written because PostgreSQL is unreachable are
-//! kept and retried; reports PostgreSQL refuses are logged and dropped. A
-//! consumer that dies loses the reports of its last 50 ms, and those rows
-//! stay queued (see `Store::recover` for what that means).
+//! kept and retried, up to a bound ([`MAX_BUFFERED`] by default): beyond
+//! it, new reports are dropped (counted, and logged at warn) rather than
+//! growing the consumer's memory for as long as PostgreSQL is down.
+//! Reports PostgreSQL refuses are logged and dropped. A consumer that dies
+//! loses the reports of its last 50 ms. A dropped or lost report's row
+//! stays queued: nothing is delivered again unless Redis later loses the
+//! message and a recovery runs (see `Store::recover`).
 
-use std::time::Duration;
-
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::Result;
 
+/// How many reports a [`Finisher`] keeps while they cannot be written, by
+/// default (each takes about 100 bytes plus its key).
+pub const MAX_BUFFERED: usize = 100_000;
+/// A warning says how many were dropped once per this many.
+const WARN_EVERY: u64 = 10_000;
+/// Its sessions' `application_name`.
+const APP: &str = "rmq-finisher";
 /// How long reports wait to be written together.
 const LINGER: Duration = Duration::from_millis(50);
 /// The most reports one statement writes.
@@ -63,19 +74,73 @@ enum Report {
 #[derive(Clone)]
 pub struct Finisher {
     tx: mpsc::UnboundedSender<Report>,
+    count: Arc<Count>,
+}
+
+/// Reports made and not yet written or given up, against the bound.
+struct Count {
+    buffered: AtomicUsize,
+    dropped: AtomicU64,
+    bound: usize,
+}
+
+impl Count {
+    /// Takes a place for one report; false (and counted as dropped) when
+    /// the bound is reached.
+    fn take(&self) -> bool {
+        if self.buffered.fetch_add(1, Ordering::AcqRel) < self.bound {
+            return true;
+        }
+        self.buffered.fetch_sub(1, Ordering::AcqRel);
+        let n = self.dropped.fetch_add(1, Ordering::AcqRel) + 1;
+        if n == 1 || n % WARN_EVERY == 0 {
+            tracing::warn!(dropped = n, bound = self.bound,
+                "finished-delivery reports dropped: the store cannot take them (PostgreSQL unreachable?); their rows stay queued");
+        }
+        false
+    }
+
+    fn done(&self, n: usize) {
+        self.buffered.fetch_sub(n, Ordering::AcqRel);
+    }
 }
 
 impl Finisher {
-    /// Opens a connection of its own and starts the writer task.
+    /// Opens a connection of its own and starts the writer task; it keeps
+    /// up to [`MAX_BUFFERED`] reports while they cannot be written.
     pub async fn connect(conninfo: &str) -> Result<Finisher> {
-        let pg = crate::store::connect(conninfo).await?;
+        Self::connect_bounded(conninfo, MAX_BUFFERED).await
+    }
+
+    /// [`Finisher::connect`], keeping up to `bound` reports (at least one)
+    /// while they cannot be written; beyond it new reports are dropped.
+    pub async fn connect_bounded(conninfo: &str, bound: usize) -> Result<Finisher> {
+        let pg = crate::store::connect(conninfo, APP).await?;
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(write_loop(pg, conninfo.to_string(), rx));
-        Ok(Finisher { tx })
+        let count = Arc::new(Count {
+            buffered: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
+            bound: bound.max(1),
+        });
+        tokio::spawn(write_loop(pg, conninfo.to_string(), rx, count.clone()));
+        Ok(Finisher { tx, count })
+    }
+
+    /// Reports made and not yet written (nor given up).
+    pub fn buffered(&self) -> usize {
+        self.count.buffered.load(Ordering::Acquire)
+    }
+
+    /// Reports dropped because [`Finisher::buffered`] was at the bound.
+    pub fn dropped(&self) -> u64 {
+        self.count.dropped.load(Ordering::Acquire)
     }
 
     fn report(&self, m: &rmq::Received, how: How) {
-        let _ = self.tx.send(Report::Finished(Finished {
+        if !self.count.take() {
+            return;
+        }
+        let sent = self.tx.send(Report::Finished(Finished {
             topic: m.topic.clone(),
             slot: i32::try_from(m.slot).unwrap_or(i32::MAX),
             key: m.key.clone(),
@@ -83,6 +148,9 @@ impl Finisher {
             how,
             at: Instant::now(),
         }));
+        if sent.is_err() {
+            self.count.done(1);
+        }
     }
 
     /// The delivery was acked.
@@ -134,6 +202,7 @@ async fn write_loop(
     mut pg: tokio_postgres::Client,
     conninfo: String,
     mut rx: mpsc::UnboundedReceiver<Report>,
+    count: Arc<Count>,
 ) {
     let mut later: Vec<Retry> = Vec::new();
     let mut waiting: Vec<Waiter> = Vec::new();
@@ -178,8 +247,10 @@ async fn write_loop(
             first_seen.push(r.first);
         }
         let matched = write_until_done(&mut pg, &conninfo, &batch).await;
+        let mut finished = 0;
         for ((report, first), hit) in batch.into_iter().zip(first_seen).zip(matched) {
             if hit {
+                finished += 1;
                 continue;
             }
             if first.elapsed() < RETRY_FOR {
@@ -192,8 +263,10 @@ async fn write_loop(
                 // No row of it was ever queued (a message sent to Redis
                 // directly), or its relay never committed.
                 tracing::debug!(topic = %report.topic, "a finished delivery matched no queued row; dropped");
+                finished += 1;
             }
         }
+        count.done(finished);
         // A flush is done when none of the reports made before it waits
         // for a retry any more (or it waited FLUSH_WAIT for them).
         waiting.append(&mut waiters);
@@ -250,7 +323,7 @@ async fn write_until_done(
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
                 if pg.is_closed() {
-                    if let Ok(c) = crate::store::connect(conninfo).await {
+                    if let Ok(c) = crate::store::connect(conninfo, APP).await {
                         *pg = c;
                     }
                 }

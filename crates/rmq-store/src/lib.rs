@@ -31,15 +31,17 @@ mod recover;
 mod relay;
 mod retention;
 mod schema;
+#[doc(hidden)]
+pub mod sql;
 mod store;
 mod topics;
 
 pub use error::{Result, StoreError};
-pub use finish::Finisher;
+pub use finish::{Finisher, MAX_BUFFERED};
 pub use outbox::Stored;
 pub use recover::Recovered;
 pub use relay::{Relay, RelayOptions, RelayReport};
 pub use schema::SCHEMA_VERSION;
-pub use store::{Counts, Store};
+pub use store::{Counts, Store, TopicStats};
 pub use tokio_postgres;
 pub use topics::StoredTopic;

@@ -69,11 +69,7 @@ pub(crate) async fn topic(
     let mut after = 0i64;
     loop {
         let rows = pg
-            .query(
-                "SELECT id, merge_key, slot_basis, coalesce(queued_ms, 0) FROM rmq_messages
-                 WHERE topic = $1 AND status = 'queued' AND id > $2 ORDER BY id LIMIT $3",
-                &[&stored.name(), &after, &BATCH],
-            )
+            .query(crate::sql::RECOVER_PAGE, &[&stored.name(), &after, &BATCH])
             .await?;
         let Some(last) = rows.last() else {
             return Ok(done);

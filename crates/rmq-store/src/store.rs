@@ -11,10 +11,12 @@ use crate::topics::{self, StoredTopic};
 use crate::{recover, retention, schema, Finisher, Recovered};
 
 /// Connects to PostgreSQL (`postgres://user@host:port/db` or
-/// `host=… port=… user=…`; no TLS) and drives the connection in a task of
-/// its own. The task ends when the client is dropped.
-pub(crate) async fn connect(conninfo: &str) -> Result<tokio_postgres::Client> {
-    let (client, connection) = config(conninfo)?.connect(tokio_postgres::NoTls).await?;
+/// `host=… port=… user=…`; no TLS) as `app` and drives the connection in a
+/// task of its own. The task ends when the client is dropped.
+pub(crate) async fn connect(conninfo: &str, app: &str) -> Result<tokio_postgres::Client> {
+    let (client, connection) = config(conninfo, app)?
+        .connect(tokio_postgres::NoTls)
+        .await?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "store connection ended");
@@ -25,9 +27,14 @@ pub(crate) async fn connect(conninfo: &str) -> Result<tokio_postgres::Client> {
 
 /// The connection settings: `conninfo`'s, with a 10 s connect timeout and
 /// TCP keepalives unless it sets its own, so that a dead server or a
-/// half-open connection is noticed.
-pub(crate) fn config(conninfo: &str) -> Result<tokio_postgres::Config> {
+/// half-open connection is noticed; and `app` as `application_name` unless
+/// it names one, so that `pg_stat_activity` and the server's log tell a
+/// relay's sessions from a consumer's.
+pub(crate) fn config(conninfo: &str, app: &str) -> Result<tokio_postgres::Config> {
     let mut config: tokio_postgres::Config = conninfo.parse()?;
+    if config.get_application_name().is_none() {
+        config.application_name(app);
+    }
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(std::time::Duration::from_secs(10));
     }
@@ -49,6 +56,18 @@ pub struct Counts {
     pub dead: u64,
 }
 
+/// One topic in [`Store::stats`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicStats {
+    /// The topic's name.
+    pub name: String,
+    /// Its rows by status.
+    pub counts: Counts,
+    /// Why its definition cannot be used (relays leave its rows stored),
+    /// or None.
+    pub problem: Option<String>,
+}
+
 /// The store: a PostgreSQL database with rmq's schema.
 pub struct Store {
     pg: Mutex<tokio_postgres::Client>,
@@ -59,7 +78,7 @@ impl Store {
     /// Connects without checking the schema (for [`Store::migrate`]).
     pub async fn connect_unchecked(conninfo: &str) -> Result<Store> {
         Ok(Store {
-            pg: Mutex::new(connect(conninfo).await?),
+            pg: Mutex::new(connect(conninfo, "rmq-store").await?),
             conninfo: conninfo.to_string(),
         })
     }
@@ -95,22 +114,69 @@ impl Store {
         topics::load(&*self.pg.lock().await, name).await
     }
 
-    /// Every topic defined in the store.
+    /// Every topic defined in the store. Fails with
+    /// [`crate::StoreError::BadRow`] if a definition cannot be read
+    /// ([`Store::stats`] shows which).
     pub async fn topics(&self) -> Result<Vec<StoredTopic>> {
-        topics::load_all(&*self.pg.lock().await).await
+        topics::load_all(&*self.pg.lock().await)
+            .await?
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect()
     }
 
-    /// A reporter of finished deliveries on a connection of its own.
+    /// Every topic's counts, and what is wrong with a definition that
+    /// cannot be read (a relay skips that topic).
+    pub async fn stats(&self) -> Result<Vec<TopicStats>> {
+        let mut all = Vec::new();
+        for (name, t) in topics::load_all(&*self.pg.lock().await).await? {
+            let problem = t.err().map(|e| e.to_string());
+            all.push((name, problem));
+        }
+        let mut stats = Vec::with_capacity(all.len());
+        for (name, problem) in all {
+            let counts = self.counts(&name).await?;
+            stats.push(TopicStats {
+                name,
+                counts,
+                problem,
+            });
+        }
+        Ok(stats)
+    }
+
+    /// A reporter of finished deliveries on a connection of its own
+    /// (keeping up to [`crate::MAX_BUFFERED`] reports while
+    /// PostgreSQL is unreachable).
     pub async fn finisher(&self) -> Result<Finisher> {
         Finisher::connect(&self.conninfo).await
     }
 
+    /// [`Store::finisher`] keeping up to `bound` reports while they cannot
+    /// be written; beyond it, new reports are dropped and counted
+    /// ([`Finisher::dropped`]), their rows left queued.
+    pub async fn finisher_bounded(&self, bound: usize) -> Result<Finisher> {
+        Finisher::connect_bounded(&self.conninfo, bound).await
+    }
+
     /// Re-queues what the store holds as not finished and Redis no longer
-    /// has (see [`Recovered`]): every topic, or one.
+    /// has (see [`Recovered`]): every topic, or one. A topic whose
+    /// definition cannot be read is skipped with a warning when all are
+    /// recovered.
     pub async fn recover(&self, redis: &rmq::Client, topic: Option<&str>) -> Result<Recovered> {
         let topics = match topic {
             Some(t) => vec![self.topic(t).await?],
-            None => self.topics().await?,
+            None => {
+                let mut usable = Vec::new();
+                for (name, t) in topics::load_all(&*self.pg.lock().await).await? {
+                    match t {
+                        Ok(t) => usable.push(t),
+                        Err(e) => tracing::warn!(topic = %name, error = %e,
+                            "topic skipped: its definition in the store cannot be read"),
+                    }
+                }
+                usable
+            }
         };
         let mut total = Recovered::default();
         for t in topics {

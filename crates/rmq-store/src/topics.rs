@@ -87,7 +87,7 @@ pub(crate) async fn define(pg: &tokio_postgres::Client, spec: &TopicSpec) -> Res
 pub(crate) async fn load(pg: &tokio_postgres::Client, name: &str) -> Result<StoredTopic> {
     let row = pg
         .query_opt(
-            "SELECT spec, needs_recovery FROM rmq_topics WHERE name = $1",
+            "SELECT name, spec, needs_recovery FROM rmq_topics WHERE name = $1",
             &[&name],
         )
         .await?
@@ -95,27 +95,36 @@ pub(crate) async fn load(pg: &tokio_postgres::Client, name: &str) -> Result<Stor
     spec_of(&row)
 }
 
-/// Reads every definition.
-pub(crate) async fn load_all(pg: &tokio_postgres::Client) -> Result<Vec<StoredTopic>> {
+/// Every definition by name, each read on its own: one that this rmq
+/// cannot use (written by hand, or by another version) is an error of its
+/// own, so that it stops nothing but its topic.
+pub(crate) async fn load_all(
+    pg: &tokio_postgres::Client,
+) -> Result<Vec<(String, Result<StoredTopic>)>> {
     pg.query(
-        "SELECT spec, needs_recovery FROM rmq_topics ORDER BY name",
+        "SELECT name, spec, needs_recovery FROM rmq_topics ORDER BY name",
         &[],
     )
     .await?
     .iter()
-    .map(spec_of)
+    .map(|row| Ok((row.try_get(0)?, spec_of(row))))
     .collect()
 }
 
 fn spec_of(row: &tokio_postgres::Row) -> Result<StoredTopic> {
-    let json: serde_json::Value = row.try_get(0)?;
-    let spec: TopicSpec = serde_json::from_value(json)
-        .map_err(|e| StoreError::BadRow(format!("a topic definition: {e}")))?;
-    spec.validate()
-        .map_err(|e| StoreError::BadRow(format!("topic {:?}: {e}", spec.name)))?;
+    let name: String = row.try_get(0)?;
+    let json: serde_json::Value = row.try_get(1)?;
+    let bad = |e: &dyn std::fmt::Display| {
+        StoreError::BadRow(format!("the definition of topic {name:?}: {e}"))
+    };
+    let spec: TopicSpec = serde_json::from_value(json).map_err(|e| bad(&e))?;
+    spec.validate().map_err(|e| bad(&e))?;
+    if spec.name != name {
+        return Err(bad(&format!("it names topic {:?}", spec.name)));
+    }
     Ok(StoredTopic {
         spec: Arc::new(spec),
-        needs_recovery: row.try_get(1)?,
+        needs_recovery: row.try_get(2)?,
     })
 }
 

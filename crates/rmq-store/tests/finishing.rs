@@ -117,6 +117,7 @@ async fn an_ack_that_arrives_before_the_relay_commits_still_finishes_the_row() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_that_no_longer_fits_the_topic_goes_dead_alone() {
+    log::capture();
     let s = setup().await;
     // The store's definition allows 64 bytes; Redis's was lowered to 8.
     let stored = s
@@ -165,5 +166,131 @@ async fn a_row_that_no_longer_fits_the_topic_goes_dead_alone() {
     };
     assert_eq!(status, "dead");
     assert!(error.contains("payload"), "{error}");
+    assert!(
+        error.contains("checked by the relay") && !error.contains("refused by Redis"),
+        "says what refused it: {error}"
+    );
     assert_eq!(topic.stats().await.unwrap().total.pending, 2);
+    let logged = log::text();
+    assert!(
+        logged.lines().any(|l| l.contains("WARN")
+            && l.contains("marked dead")
+            && l.contains("topic=t")
+            && l.contains("key=big")
+            && l.contains("payload")),
+        "the dead row logged with its topic, key and reason:\n{logged}"
+    );
+}
+
+/// What the tests' code logged (every test of this file: a global
+/// subscriber).
+mod log {
+    use std::sync::{Arc, Mutex, OnceLock};
+
+    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+
+    struct Writer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Writer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Starts capturing (once per process).
+    pub fn capture() {
+        LOG.get_or_init(|| {
+            let buf = Arc::new(Mutex::new(Vec::new()));
+            let w = buf.clone();
+            let _ = tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_max_level(tracing::Level::INFO)
+                .with_writer(move || Writer(w.clone()))
+                .try_init();
+            buf
+        });
+    }
+
+    pub fn text() -> String {
+        LOG.get()
+            .map(|b| String::from_utf8_lossy(&b.lock().unwrap()).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_beyond_the_bound_are_dropped_while_postgresql_is_down_and_their_rows_stay_queued()
+{
+    let mut s = setup().await;
+    let (stored, topic) = s
+        .define(TopicSpec::new("t", TopicKind::Priority).slots(2))
+        .await;
+    s.queued(&stored, 300).await.stop().await;
+    let finisher = s.store.finisher_bounded(100).await.unwrap();
+    s.pg.kill();
+    // 300 deliveries acked in Redis and reported while PostgreSQL is down.
+    let stop = CancellationToken::new();
+    let mut deliveries = topic.consumer().concurrency(32).stream(stop.clone());
+    for _ in 0..300 {
+        let d = tokio::time::timeout(Duration::from_secs(10), deliveries.next())
+            .await
+            .unwrap()
+            .unwrap();
+        let m = d.message().clone();
+        d.ack().await.unwrap();
+        finisher.acked(&m);
+    }
+    stop.cancel();
+    deliveries.close().await;
+    assert!(finisher.buffered() <= 100, "{}", finisher.buffered());
+    assert_eq!(finisher.dropped(), 200, "the reports beyond the bound");
+    // PostgreSQL back: what was kept is written; the dropped reports' rows
+    // stay queued (delivered again only if Redis then loses data).
+    s.pg.restart();
+    finisher.flush().await;
+    let store = Store::connect(&s.pg.conninfo()).await.unwrap();
+    let c = store.counts("t").await.unwrap();
+    assert_eq!((c.done, c.queued), (100, 200), "{c:?}");
+    assert_eq!(finisher.buffered(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_session_says_what_it_is() {
+    let s = setup().await;
+    let relay = s.relay(fast("north")).await;
+    let _finisher = s.store.finisher().await.unwrap();
+    let app = s.app().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let names = loop {
+        let names: Vec<String> = app
+            .query(
+                "SELECT application_name FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()
+                 ORDER BY 1",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        if names.len() == 4 || std::time::Instant::now() > deadline {
+            break names;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        names,
+        [
+            "rmq-finisher",
+            "rmq-relay north",
+            "rmq-relay north (listening)",
+            "rmq-store"
+        ]
+    );
+    relay.stop().await;
 }

@@ -237,3 +237,63 @@ async fn a_full_topic_keeps_its_rows_and_does_not_hold_back_the_others() {
     relay.stop().await;
     assert_eq!(counts_by_key(&got).len(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_kept_full_does_not_delay_another_topics_due_row() {
+    let s = setup().await;
+    let (full, full_t) = s
+        .define(
+            TopicSpec::new("full", TopicKind::Priority)
+                .slots(2)
+                .max_pending(10),
+        )
+        .await;
+    let (timers, timers_t) = s
+        .define(TopicSpec::new("timers", TopicKind::FixedTime).slots(2))
+        .await;
+    let mut app = s.app().await;
+    // Far more rows of the bounded topic than a batch: its rows (loading at
+    // once) sort before any fixed-time row.
+    commit_numbered(&full, &mut app, 0..2_000, 500).await;
+    let relay = s
+        .relay(RelayOptions {
+            batch: 50,
+            window: Duration::from_secs(1),
+            ..fast("r")
+        })
+        .await;
+    eventually(
+        Duration::from_secs(20),
+        "the bounded topic full",
+        || async { full_t.stats().await.unwrap().total.pending == 10 },
+    )
+    .await;
+    // A timer due in 4 s enters the relay's window (1 s) by time alone: no
+    // commit wakes the relay then, only its polls.
+    let due_in = Duration::from_secs(4);
+    let sent = std::time::Instant::now();
+    timers
+        .send(&app, &rmq::Message::new("t").key("timer").delay(due_in))
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "the timer in Redis while the other topic stays full",
+        || async { timers_t.get(b"timer").await.unwrap().state != rmq::State::Absent },
+    )
+    .await;
+    let moved_after = sent.elapsed();
+    eprintln!("the timer (due in {due_in:?}, window 1 s) reached Redis after {moved_after:?}");
+    assert!(
+        moved_after < due_in + Duration::from_secs(10),
+        "moved {moved_after:?} after its send"
+    );
+    assert_eq!(
+        full_t.stats().await.unwrap().total.pending,
+        10,
+        "the bound holds"
+    );
+    relay.stop().await;
+    let c = s.store.counts("full").await.unwrap();
+    assert_eq!((c.stored, c.queued, c.dead), (1_990, 10, 0), "{c:?}");
+}

@@ -192,20 +192,27 @@ pub async fn run(g: &Global, cmd: StoreCmd) -> CliResult {
         }
         StoreCmd::Stats(pg) => {
             let store = open(&pg).await?;
-            for t in store.topics().await.map_err(store_error)? {
-                let c = store.counts(t.name()).await.map_err(store_error)?;
+            // A topic whose definition cannot be read is shown with why
+            // (relays skip it), never hiding the others.
+            for t in store.stats().await.map_err(store_error)? {
+                let c = t.counts;
                 let row = TopicCounts {
-                    topic: t.name(),
+                    topic: &t.name,
                     stored: c.stored,
                     queued: c.queued,
                     done: c.done,
                     dead: c.dead,
+                    problem: t.problem.as_deref(),
                 };
                 print(g, &row, || {
-                    format!(
+                    let mut line = format!(
                         "{:<24} stored {:>9}  queued {:>9}  done {:>9}  dead {:>9}",
                         row.topic, row.stored, row.queued, row.done, row.dead
-                    )
+                    );
+                    if let Some(p) = row.problem {
+                        line.push_str(&format!("  SKIPPED BY RELAYS: {p}"));
+                    }
+                    line
                 })?;
             }
             Ok(())
@@ -220,6 +227,9 @@ struct TopicCounts<'a> {
     queued: u64,
     done: u64,
     dead: u64,
+    /// Why the topic's definition cannot be used (relays skip it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problem: Option<&'a str>,
 }
 
 fn print<T: Serialize>(g: &Global, value: &T, text: impl FnOnce() -> String) -> CliResult {
