@@ -228,6 +228,10 @@ fn init_tracing(verbose: u8) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(verbose > 1)
+        // A log line that cannot be written (stderr closed by whoever
+        // started us) is lost, not reported with eprintln!, which panics
+        // on a closed stderr and would take the logging task down with it.
+        .log_internal_errors(false)
         .try_init();
 }
 

@@ -441,3 +441,65 @@ async fn a_serial_owner_cut_off_from_redis_gives_its_message_back_at_its_place()
     .collect();
     assert_eq!(handled, expected, "the entity's messages in order");
 }
+
+#[tokio::test]
+async fn a_client_whose_reconnect_was_refused_recovers_once_redis_accepts_it_again() {
+    // The password changes while the client's connection is cut: its
+    // reconnect is refused (AUTH). Once the password is back, the same
+    // client works again, without a restart of the process.
+    let server = RedisServer::start();
+    let admin_url = server.url();
+    let admin = redis::Client::open(admin_url.as_str()).unwrap();
+    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "requirepass", "old-pass"][..])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let url = format!("redis://:old-pass@127.0.0.1:{}", server.port());
+    let client = Client::connect(&url).await.unwrap();
+    let topic = client
+        .define_topic(TopicSpec::new("t", TopicKind::Priority).slots(2))
+        .await
+        .unwrap();
+    topic.send(Message::new("before")).await.unwrap();
+
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "requirepass", "new-pass"][..])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"][..])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    // Calls fail meanwhile (the reconnect is refused), each with an error.
+    for _ in 0..3 {
+        assert!(
+            topic.stats().await.is_err(),
+            "Redis refuses the old password"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "requirepass", "old-pass"][..])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut last = None;
+    while std::time::Instant::now() < deadline {
+        match topic.send(Message::new("after")).await {
+            Ok(_) => {
+                last = None;
+                break;
+            }
+            Err(e) => last = Some(e.to_string()),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(last, None, "the client works again once Redis accepts it");
+    let st = topic.stats().await.unwrap().total;
+    assert_eq!(st.pending, 2, "both messages are there");
+}

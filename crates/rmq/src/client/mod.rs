@@ -16,7 +16,7 @@ mod registry;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
 use redis::Value;
 
 use crate::conn::Redis;
@@ -82,7 +82,7 @@ impl Client {
             .set_max_delay(Duration::from_secs(2));
         let conn = tokio::time::timeout(
             Duration::from_secs(15),
-            ConnectionManager::new_with_config(client.clone(), config),
+            crate::conn::Single::connect(client.clone(), config),
         )
         .await
         .map_err(|_| {

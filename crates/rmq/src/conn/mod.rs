@@ -9,7 +9,6 @@
 //! whole pipeline, running the calls that had succeeded a second time);
 //! the cluster client serves the rest (reads, script loading, pub/sub).
 
-use redis::aio::ConnectionManager;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
@@ -19,6 +18,7 @@ mod layout;
 mod load;
 mod revive;
 mod routing;
+mod single;
 mod subscribers;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -26,11 +26,12 @@ use crate::scripts::ScriptId;
 pub(crate) use cluster::retry_through_failover;
 use cluster::with_request_key;
 pub(crate) use layout::ClusterLayout;
+pub(crate) use single::Single;
 
 /// A connection to a single node or to a cluster.
 #[derive(Clone)]
 pub(crate) enum Conn {
-    Single(ConnectionManager),
+    Single(Single),
     Cluster(ClusterConnection),
 }
 
@@ -282,9 +283,7 @@ impl Redis {
                     .set_connection_timeout(Some(std::time::Duration::from_secs(5)))
                     .set_number_of_retries(2)
                     .set_max_delay(std::time::Duration::from_secs(2));
-                Ok::<_, Error>(Conn::Single(
-                    ConnectionManager::new_with_config(client.clone(), config).await?,
-                ))
+                Ok::<_, Error>(Conn::Single(Single::connect(client.clone(), config).await?))
             })
             .await?;
         Ok(conn.clone())
