@@ -2,7 +2,8 @@
 //! changes while their connections are cut (their reconnect is refused),
 //! then changes back. Each process must work again without a restart:
 //! `rmq consume` handles what is sent afterwards, `rmq serve` answers its
-//! Redis-backed routes again.
+//! Redis-backed routes again, `rmq forward` forwards and `rmq store relay`
+//! moves rows again.
 #![allow(clippy::unwrap_used)]
 mod support;
 
@@ -10,7 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use rmq_test_support::RedisServer;
+use rmq_test_support::{NatsServer, PostgresServer, RedisServer};
 use support::*;
 
 const PASS: &str = "the-old-pass";
@@ -40,6 +41,11 @@ impl Guarded {
         }
         let out = c.args(args).output().unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn stats(&self, topic: &str) -> serde_json::Value {
+        let r = self.rmq(&["--json", "stats", topic], b"").success();
+        r.json().remove(0)
     }
 
     fn rmq(&self, args: &[&str], input: &[u8]) -> Run {
@@ -174,4 +180,103 @@ fn serve_answers_again_after_a_refused_reconnect() {
     });
     stop(child);
     assert!(answered, "serve answers again: {last:?}");
+}
+
+#[test]
+fn a_forwarder_forwards_again_after_a_refused_reconnect() {
+    let g = Guarded::start();
+    g.rmq(
+        &[
+            "topic",
+            "create",
+            "t",
+            "--kind",
+            "fixed-time",
+            "--slots",
+            "2",
+        ],
+        b"",
+    )
+    .success();
+    let nats = NatsServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: "DUE".into(),
+            subjects: vec!["due.jobs".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    });
+    let to = format!("{}?subject=due.jobs", nats.url());
+    let forwarder = g
+        .spawn(&["forward", "t", "--to", &to])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let acked = || g.stats("t")["acked"].as_u64().unwrap_or(0);
+    g.rmq(&["send", "t", "before", "--delay", "0"], b"")
+        .success();
+    assert!(
+        eventually(Duration::from_secs(30), || acked() == 1),
+        "the forwarder works at first"
+    );
+    g.rmq(&["send", "t", "during", "--delay", "1000"], b"")
+        .success();
+    g.flip_the_password(|| {});
+    g.rmq(&["send", "t", "after", "--delay", "0"], b"")
+        .success();
+    let forwarded = eventually(Duration::from_secs(30), || acked() == 3);
+    stop(forwarder);
+    assert!(forwarded, "the forwarder forwards again: {}", g.stats("t"));
+}
+
+#[test]
+fn a_relay_moves_rows_again_after_a_refused_reconnect() {
+    let g = Guarded::start();
+    let pg = PostgresServer::start();
+    let url = pg.url();
+    g.rmq(&["store", "migrate", "--pg", &url], b"").success();
+    g.rmq(
+        &["topic", "create", "t", "--kind", "priority", "--slots", "2"],
+        b"",
+    )
+    .success();
+    g.rmq(&["store", "define", "t", "--pg", &url], b"")
+        .success();
+    let relay = g
+        .spawn(&["store", "relay", "--pg", &url, "--poll-ms", "100"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let sent = || g.stats("t")["sent"].as_u64().unwrap_or(0);
+    let store_send = |payload: &str| {
+        g.rmq(
+            &[
+                "store", "send", "t", payload, "--key", payload, "--pg", &url,
+            ],
+            b"",
+        )
+        .success();
+    };
+    store_send("before");
+    assert!(
+        eventually(Duration::from_secs(30), || sent() == 1),
+        "the relay works at first"
+    );
+    // The relay polls every 100 ms: its calls meet the cut connection.
+    g.flip_the_password(|| {});
+    store_send("after");
+    let moved = eventually(Duration::from_secs(30), || sent() == 2);
+    stop(relay);
+    assert!(moved, "the relay moves rows again: {}", g.stats("t"));
 }
