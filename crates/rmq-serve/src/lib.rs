@@ -122,13 +122,49 @@ pub fn router(client: rmq::Client, options: Options) -> Router {
         .with_state(state)
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves.
+/// Serves `router` on `listener` until `shutdown` resolves, with the
+/// default [`Limits`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with(listener, router, shutdown, Limits::default()).await
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, within `limits`.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    limits: Limits,
+) -> std::io::Result<()> {
+    let _ = limits;
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// Connection limits (skeleton).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Header read timeout.
+    pub header_read_timeout: Duration,
+    /// Idle timeout.
+    pub idle_timeout: Duration,
+    /// Connection cap.
+    pub max_connections: usize,
+    /// Shutdown bound.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 512,
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
 }
