@@ -19,13 +19,16 @@
 //! per-slot arrays, the server's settings), `metrics.rs` (the scrape,
 //! cached per interval), `openapi.rs` (the API's OpenAPI document),
 //! `dashboard.rs` (the embedded assets),
-//! `access.rs` (who may act), `error.rs` (the error shape and status codes).
+//! `access.rs` (who may act), `error.rs` (the error shape and status codes),
+//! `listener.rs` (the accept loop: timeouts, the connection cap, a bounded
+//! stop).
 
 mod access;
 mod api;
 mod dashboard;
 mod error;
 mod history;
+mod listener;
 mod metrics;
 mod openapi;
 mod panels;
@@ -37,6 +40,7 @@ use std::time::Duration;
 use axum::Router;
 
 pub use access::Access;
+pub use listener::Limits;
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -139,32 +143,5 @@ pub async fn serve_with(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     limits: Limits,
 ) -> std::io::Result<()> {
-    let _ = limits;
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
-}
-
-/// Connection limits (skeleton).
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Header read timeout.
-    pub header_read_timeout: Duration,
-    /// Idle timeout.
-    pub idle_timeout: Duration,
-    /// Connection cap.
-    pub max_connections: usize,
-    /// Shutdown bound.
-    pub shutdown_grace: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            header_read_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(60),
-            max_connections: 512,
-            shutdown_grace: Duration::from_secs(5),
-        }
-    }
+    listener::run(listener, router, shutdown, limits).await
 }
