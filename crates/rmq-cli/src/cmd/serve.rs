@@ -5,14 +5,17 @@
 //! It binds loopback unless told otherwise. Actions (anything that changes
 //! state) need `--token-file F` (then `Authorization: Bearer <token>`), or
 //! `--allow-unauthenticated-actions` for a trusted network; `--read-only`
-//! refuses them all. SIGINT/SIGTERM stop it gracefully.
+//! refuses them all. SIGINT/SIGTERM stop it gracefully, within
+//! `--shutdown-grace`. Slow or silent clients are closed after
+//! `--header-timeout` / `--idle-timeout`, and at most `--max-connections`
+//! are served at once (see `rmq_serve::Limits`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use rmq_serve::{Access, Options};
+use rmq_serve::{Access, Limits, Options};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::output;
@@ -44,6 +47,22 @@ pub struct ServeArgs {
     /// DNS rebinding)
     #[arg(long = "allowed-host", value_name = "NAME")]
     pub allowed_hosts: Vec<String>,
+    /// How long a request's headers may take to arrive, in ms (also the
+    /// longest a kept-alive connection waits for its next request)
+    #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout: u64,
+    /// A connection on which no byte moves for this long is closed, in ms
+    #[arg(long, value_name = "MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout: u64,
+    /// Connections served at once; beyond it the longest-idle connection is
+    /// closed to make room, or the new one is refused (keep it well under
+    /// the process's descriptor limit, `ulimit -n`)
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
+    /// After SIGINT/SIGTERM, how long requests being answered may still
+    /// take before the server closes their connections and exits, in ms
+    #[arg(long, value_name = "MS", default_value_t = 5_000)]
+    pub shutdown_grace: u64,
 }
 
 fn access(a: &ServeArgs) -> CliResult<Access> {
@@ -109,7 +128,18 @@ pub async fn run(g: &Global, a: ServeArgs) -> CliResult {
             _ = int.recv() => {}
         }
     };
-    rmq_serve::serve(listener, rmq_serve::router(client, options), shutdown)
-        .await
-        .map_err(|e| CliError::runtime(format!("the server failed: {e}")))
+    let limits = Limits {
+        header_read_timeout: Duration::from_millis(a.header_timeout),
+        idle_timeout: Duration::from_millis(a.idle_timeout),
+        max_connections: usize::try_from(a.max_connections).unwrap_or(usize::MAX),
+        shutdown_grace: Duration::from_millis(a.shutdown_grace),
+    };
+    rmq_serve::serve_with(
+        listener,
+        rmq_serve::router(client, options),
+        shutdown,
+        limits,
+    )
+    .await
+    .map_err(|e| CliError::runtime(format!("the server failed: {e}")))
 }
