@@ -25,6 +25,7 @@
 
 mod access;
 mod api;
+mod bounded;
 mod dashboard;
 mod error;
 mod history;
@@ -39,7 +40,7 @@ use std::time::Duration;
 
 use axum::Router;
 
-pub use access::Access;
+pub use access::{read_token_file, Access, TokenFile, TokenFileError};
 pub use listener::Limits;
 
 /// How the server runs.

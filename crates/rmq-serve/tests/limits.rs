@@ -342,3 +342,155 @@ async fn concurrent_scrapes_after_expiry_share_one_reading() {
         "16 concurrent scrapes after expiry made {sixteen} script calls; one reading makes {one}"
     );
 }
+
+/// The process's peak resident memory so far (`VmHWM`), in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap();
+    kb * 1024
+}
+
+#[tokio::test]
+async fn a_batch_past_the_cap_is_refused_while_it_is_read_and_an_oversized_body_is_413() {
+    let s = Server::start(Limits::default(), options()).await;
+    s.client
+        .define_topic(TopicSpec::new("t", TopicKind::Priority).slots(4))
+        .await
+        .unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let post = |path: &'static str, body: Vec<u8>| {
+        let req = http
+            .post(s.url(path))
+            .header("content-type", "application/json")
+            .body(body);
+        async move {
+            let r = req.send().await.unwrap();
+            let status = r.status();
+            let v: serde_json::Value = r.json().await.unwrap_or_default();
+            (status, v)
+        }
+    };
+    // 1.1 million tiny messages just under the 16 MiB body limit.
+    let n = 1_100_000;
+    let mut body = b"{\"messages\":[".to_vec();
+    for i in 0..n {
+        body.extend_from_slice(if i + 1 < n {
+            b"{\"payload\":\"\"},"
+        } else {
+            b"{\"payload\":\"\"}]}"
+        });
+    }
+    assert!(body.len() < 16 * 1024 * 1024);
+    let before = peak_rss();
+    let (st, v) = post("/api/v1/topics/t/messages", body).await;
+    let grew = peak_rss().saturating_sub(before);
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than 10000 entries"),
+        "{v}"
+    );
+    assert!(
+        grew < 200 << 20,
+        "refusing the batch took {} MB more memory",
+        grew >> 20
+    );
+    let mut keys = b"{\"keys\":[".to_vec();
+    for i in 0..10_001 {
+        keys.extend_from_slice(if i < 10_000 { b"\"k\"," } else { b"\"k\"]}" });
+    }
+    let (st, v) = post("/api/v1/topics/t/cancel", keys).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than 10000 entries"),
+        "{v}"
+    );
+    // Over the body limit: 413, in the error shape.
+    let (st, v) = post("/api/v1/topics/t/messages", vec![b' '; 17 << 20]).await;
+    assert_eq!(
+        (st, v["error"]["kind"].as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, Some("PayloadTooLarge")),
+        "{v}"
+    );
+    // Nothing was sent or cancelled.
+    let stats = s.client.topic("t").await.unwrap().stats().await.unwrap();
+    assert_eq!(stats.total.pending, 0);
+}
+
+#[tokio::test]
+async fn the_keys_dot_and_dot_dot_can_be_looked_up_and_cancelled() {
+    let s = Server::start(Limits::default(), options()).await;
+    s.client
+        .define_topic(TopicSpec::new("t", TopicKind::Priority).slots(4))
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    for key in [".", ".."] {
+        let r = http
+            .post(s.url("/api/v1/topics/t/messages"))
+            .json(&serde_json::json!({"payload": "p", "key": key, "priority": 1}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let q = [("key", key)];
+        let r = http
+            .get(s.url("/api/v1/topics/t/key"))
+            .query(&q)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "lookup {key:?}");
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(
+            (v["key"].as_str(), v["state"].as_str()),
+            (Some(key), Some("pending")),
+            "{v}"
+        );
+        let r = http
+            .post(s.url("/api/v1/topics/t/key/reschedule"))
+            .query(&q)
+            .json(&serde_json::json!({"priority": 5}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "reschedule {key:?}");
+        let r = http
+            .delete(s.url("/api/v1/topics/t/key"))
+            .query(&q)
+            .send()
+            .await
+            .unwrap();
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(
+            v["outcome"].as_str(),
+            Some("cancelled"),
+            "cancel {key:?}: {v}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_api_route_is_named_with_its_prefix() {
+    let s = Server::start(Limits::default(), options()).await;
+    let r = reqwest::get(s.url("/api/v1/no/such/route")).await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        v["error"]["message"].as_str(),
+        Some("no API route /api/v1/no/such/route"),
+        "{v}"
+    );
+}
