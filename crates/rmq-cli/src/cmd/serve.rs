@@ -67,20 +67,17 @@ pub struct ServeArgs {
 
 fn access(a: &ServeArgs) -> CliResult<Access> {
     if let Some(path) = &a.token_file {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            CliError::usage(format!(
-                "cannot read the token file {}: {e}",
-                path.display()
-            ))
+        let file = rmq_serve::read_token_file(path).map_err(|e| {
+            CliError::usage(format!("the token file {} is refused: {e}", path.display()))
         })?;
-        let token = text.lines().next().unwrap_or_default().trim().to_string();
-        if token.len() < 16 {
-            return Err(CliError::usage(format!(
-                "the token in {} is shorter than 16 characters: use a long random one",
+        if file.world_readable {
+            output::note(&format!(
+                "warning: the token file {} is readable by every user of this machine \
+                 (chmod 600 it): anyone here could act through the server",
                 path.display()
-            )));
+            ));
         }
-        return Ok(Access::Token(token));
+        return Ok(Access::Token(file.token));
     }
     if a.allow_unauthenticated_actions {
         return Ok(Access::Unauthenticated);
