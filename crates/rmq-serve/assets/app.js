@@ -70,7 +70,7 @@ class ApiError extends Error {
   constructor(status, kind, message) { super(message); this.status = status; this.kind = kind; }
 }
 
-async function api(method, path, body) {
+async function api(method, path, body, retries = 3) {
   const headers = {};
   const token = sessionStorage.getItem("rmq-token");
   if (method !== "GET" && token) headers.Authorization = `Bearer ${token}`;
@@ -78,6 +78,13 @@ async function api(method, path, body) {
   const r = await fetch(API + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   let v = null;
   try { v = await r.json(); } catch (_) { /* an empty body */ }
+  // Too many expensive readings at once on the server: a reading is
+  // retried after the time it asks for (an action never is).
+  if (r.status === 429 && method === "GET" && retries > 0) {
+    const secs = Number(r.headers.get("Retry-After")) || 1;
+    await new Promise((ok) => setTimeout(ok, secs * 1000));
+    return api(method, path, body, retries - 1);
+  }
   if (!r.ok) {
     const e = (v && v.error) || {};
     throw new ApiError(r.status, e.kind || String(r.status), e.message || r.statusText);

@@ -19,6 +19,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::bounded::Capped;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::reads::{flight, JsonBody};
 use crate::views::{lossy, LookupJson};
 use crate::AppState;
 
@@ -124,16 +125,21 @@ async fn topic_view(t: &Topic) -> ApiResult<Value> {
     responses(
         (status = 200, description = "The topics", body = Object),
         (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 429, description = "Too many expensive readings under way: retry after `Retry-After` seconds", body = ErrorBody),
         (status = 404, description = "No such topic", body = ErrorBody),
         (status = 503, description = "Redis is unreachable", body = ErrorBody),
     )
 )]
-async fn list_topics(State(st): St) -> ApiResult<Json<Value>> {
-    let mut out = Vec::new();
-    for t in st.client.open_topics().await? {
-        out.push(topic_view(&t).await?);
-    }
-    Ok(Json(json!({ "topics": out })))
+async fn list_topics(State(st): St) -> ApiResult<JsonBody> {
+    st.reads
+        .run(flight(&("topics",)), || async {
+            let mut out = Vec::new();
+            for t in st.client.open_topics().await? {
+                out.push(topic_view(&t).await?);
+            }
+            Ok(json!({ "topics": out }))
+        })
+        .await
 }
 
 #[utoipa::path(
@@ -145,12 +151,17 @@ async fn list_topics(State(st): St) -> ApiResult<Json<Value>> {
     responses(
         (status = 200, description = "The topic", body = Object),
         (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 429, description = "Too many expensive readings under way: retry after `Retry-After` seconds", body = ErrorBody),
         (status = 404, description = "No such topic", body = ErrorBody),
         (status = 503, description = "Redis is unreachable", body = ErrorBody),
     )
 )]
-async fn show_topic(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Value>> {
-    Ok(Json(topic_view(&topic(&st, &name).await?).await?))
+async fn show_topic(State(st): St, Path(name): Path<String>) -> ApiResult<JsonBody> {
+    st.reads
+        .run(flight(&("topic", &name)), || async {
+            topic_view(&topic(&st, &name).await?).await
+        })
+        .await
 }
 
 /// A topic's kind (the library's `TopicKind`).
@@ -433,6 +444,7 @@ pub(crate) struct SlotsQuery {
     responses(
         (status = 200, description = "Stats", body = Object),
         (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 429, description = "Too many expensive readings under way: retry after `Retry-After` seconds", body = ErrorBody),
         (status = 404, description = "No such topic", body = ErrorBody),
         (status = 503, description = "Redis is unreachable", body = ErrorBody),
     )
@@ -441,13 +453,17 @@ async fn stats(
     State(st): St,
     Path(name): Path<String>,
     Query(q): Query<SlotsQuery>,
-) -> ApiResult<Json<Value>> {
-    let s = topic(&st, &name).await?.stats().await?;
-    let mut v = json!({ "total": s.total, "server_ms": s.server_ms });
-    if q.slots {
-        v["slots"] = json!(s.slots);
-    }
-    Ok(Json(v))
+) -> ApiResult<JsonBody> {
+    st.reads
+        .run(flight(&("stats", &name, q.slots)), || async {
+            let s = topic(&st, &name).await?.stats().await?;
+            let mut v = json!({ "total": s.total, "server_ms": s.server_ms });
+            if q.slots {
+                v["slots"] = json!(s.slots);
+            }
+            Ok(v)
+        })
+        .await
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -466,6 +482,7 @@ pub(crate) struct Limit {
     responses(
         (status = 200, description = "Pending messages", body = Object),
         (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 429, description = "Too many expensive readings under way: retry after `Retry-After` seconds", body = ErrorBody),
         (status = 404, description = "No such topic", body = ErrorBody),
         (status = 503, description = "Redis is unreachable", body = ErrorBody),
     )
@@ -474,12 +491,20 @@ async fn peek(
     State(st): St,
     Path(name): Path<String>,
     Query(q): Query<Limit>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<JsonBody> {
     let (limit, offset) = (
         q.limit.unwrap_or(20).min(1_000),
         q.offset.unwrap_or(0).min(MAX_PEEK_OFFSET),
     );
-    let pending = topic(&st, &name).await?.peek(offset + limit).await?;
+    st.reads
+        .run(flight(&("peek", &name, offset, limit)), || {
+            peek_page(&st, &name, offset, limit)
+        })
+        .await
+}
+
+async fn peek_page(st: &AppState, name: &str, offset: usize, limit: usize) -> ApiResult<Value> {
+    let pending = topic(st, name).await?.peek(offset + limit).await?;
     let out: Vec<Value> = pending
         .iter()
         .skip(offset)
@@ -490,9 +515,7 @@ async fn peek(
             })
         })
         .collect();
-    Ok(Json(
-        json!({ "offset": offset, "limit": limit, "messages": out }),
-    ))
+    Ok(json!({ "offset": offset, "limit": limit, "messages": out }))
 }
 
 /// One message to send.
@@ -970,6 +993,7 @@ async fn reschedule_key(
     responses(
         (status = 200, description = "A page of dead letters", body = Object),
         (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 429, description = "Too many expensive readings under way: retry after `Retry-After` seconds", body = ErrorBody),
         (status = 404, description = "No such topic", body = ErrorBody),
         (status = 503, description = "Redis is unreachable", body = ErrorBody),
     )
@@ -978,15 +1002,20 @@ async fn dead_list(
     State(st): St,
     Path(name): Path<String>,
     Query(q): Query<Limit>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<JsonBody> {
     let (limit, offset) = (
         q.limit.unwrap_or(50).min(1_000),
         q.offset.unwrap_or(0).min(MAX_DEAD_OFFSET),
     );
-    let all = topic(&st, &name)
-        .await?
-        .dead_letters(offset + limit)
-        .await?;
+    st.reads
+        .run(flight(&("dead", &name, offset, limit)), || {
+            dead_page(&st, &name, offset, limit)
+        })
+        .await
+}
+
+async fn dead_page(st: &AppState, name: &str, offset: usize, limit: usize) -> ApiResult<Value> {
+    let all = topic(st, name).await?.dead_letters(offset + limit).await?;
     let page: Vec<Value> = all
         .iter()
         .skip(offset)
@@ -997,9 +1026,7 @@ async fn dead_list(
             })
         })
         .collect();
-    Ok(Json(
-        json!({ "offset": offset, "limit": limit, "dead": page }),
-    ))
+    Ok(json!({ "offset": offset, "limit": limit, "dead": page }))
 }
 
 /// Which dead letters: `{"key": ".."}`, `{"all": true}`, or (purge)
@@ -1091,15 +1118,20 @@ async fn dead_purge(
     responses(
         (status = 200, description = "The groups and every slot's lease", body = Object),
         (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 429, description = "Too many expensive readings under way: retry after `Retry-After` seconds", body = ErrorBody),
         (status = 404, description = "No such topic", body = ErrorBody),
         (status = 503, description = "Redis is unreachable", body = ErrorBody),
     )
 )]
-async fn groups(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Value>> {
-    let t = topic(&st, &name).await?;
-    let view = t.serial_groups().await?;
-    let consumers = t.consumers().await?;
-    let mut v = json!(view);
-    v["consumers"] = json!(consumers);
-    Ok(Json(v))
+async fn groups(State(st): St, Path(name): Path<String>) -> ApiResult<JsonBody> {
+    st.reads
+        .run(flight(&("groups", &name)), || async {
+            let t = topic(&st, &name).await?;
+            let view = t.serial_groups().await?;
+            let consumers = t.consumers().await?;
+            let mut v = json!(view);
+            v["consumers"] = json!(consumers);
+            Ok(v)
+        })
+        .await
 }

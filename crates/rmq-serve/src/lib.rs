@@ -17,7 +17,9 @@
 //! Routes: `api.rs` (topics, messages by key, dead letters, serial
 //! groups), `panels.rs` (what only the dashboard needs: overview, history,
 //! per-slot arrays, the server's settings), `metrics.rs` (the scrape,
-//! cached per interval), `openapi.rs` (the API's OpenAPI document),
+//! cached per interval), `reads.rs` (expensive readings: single flight
+//! and a cap), `bounded.rs` (lists in bodies counted while parsed),
+//! `openapi.rs` (the API's OpenAPI document),
 //! `dashboard.rs` (the embedded assets),
 //! `access.rs` (who may act), `error.rs` (the error shape and status codes),
 //! `listener.rs` (the accept loop: timeouts, the connection cap, a bounded
@@ -33,6 +35,7 @@ mod listener;
 mod metrics;
 mod openapi;
 mod panels;
+mod reads;
 pub mod views;
 
 use std::sync::Arc;
@@ -57,6 +60,11 @@ pub struct Options {
     /// Host names the dashboard and the API answer for, besides IP
     /// addresses and `localhost` (see `access.rs`: DNS rebinding).
     pub allowed_hosts: Vec<String>,
+    /// Expensive readings (the topic list, a topic's stats, slots, peeks,
+    /// dead-letter pages, serial groups: work in proportion to the slots)
+    /// run at once; beyond it a request is answered 429 with
+    /// `Retry-After`. Requests for a reading under way share it.
+    pub max_expensive_reads: usize,
 }
 
 impl Default for Options {
@@ -66,6 +74,7 @@ impl Default for Options {
             scrape_cache: Duration::from_secs(5),
             sample_every: Duration::from_secs(10),
             allowed_hosts: Vec::new(),
+            max_expensive_reads: 8,
         }
     }
 }
@@ -78,6 +87,7 @@ pub(crate) struct AppState {
     pub(crate) client: rmq::Client,
     pub(crate) options: Options,
     pub(crate) scrape: metrics::Cache,
+    pub(crate) reads: reads::Reads,
     pub(crate) history: Arc<history::History>,
     /// Stops the sampler when the last handle on the state is gone.
     stop_sampler: rmq::CancellationToken,
@@ -107,6 +117,7 @@ pub fn router(client: rmq::Client, options: Options) -> Router {
     let state = Arc::new(AppState {
         client,
         scrape: metrics::Cache::default(),
+        reads: reads::Reads::new(options.max_expensive_reads),
         options,
         history,
         stop_sampler,

@@ -23,6 +23,7 @@ async fn serve(client: &Client, access: Access, sample_every: Duration) -> Strin
         scrape_cache: Duration::from_millis(0),
         sample_every,
         allowed_hosts: Vec::new(),
+        ..Options::default()
     };
     let router = rmq_serve::router(client.clone(), options);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -494,3 +494,145 @@ async fn an_unknown_api_route_is_named_with_its_prefix() {
         "{v}"
     );
 }
+
+#[tokio::test]
+async fn concurrent_expensive_reads_of_a_many_slot_topic_share_one_reading() {
+    let s = Server::start(Limits::default(), options()).await;
+    s.client
+        .define_topic(TopicSpec::new("wide", TopicKind::Priority).slots(4096))
+        .await
+        .unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let get = |path: &'static str| {
+        let req = http.get(s.url(path));
+        async move {
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK, "{path}");
+            r.bytes().await.unwrap().len()
+        }
+    };
+    // Let the sampler's first round finish, then measure one reading.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for path in ["/api/v1/topics/wide/slots", "/api/v1/topics"] {
+        let before = script_calls(&s.redis_url).await;
+        let size = get(path).await;
+        let one = script_calls(&s.redis_url).await - before;
+        assert!(one > 0);
+        let before = script_calls(&s.redis_url).await;
+        let sizes = futures::future::join_all((0..16).map(|_| get(path))).await;
+        let sixteen = script_calls(&s.redis_url).await - before;
+        assert!(
+            sizes.iter().all(|&n| n == size),
+            "{path}: {sizes:?} vs {size}"
+        );
+        assert!(
+            sixteen <= 2 * one,
+            "16 concurrent {path} made {sixteen} script calls; one reading makes {one}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn expensive_reads_beyond_the_cap_are_answered_429_with_retry_after() {
+    let s = Server::start(
+        Limits::default(),
+        Options {
+            max_expensive_reads: 1,
+            ..options()
+        },
+    )
+    .await;
+    for name in ["a", "b"] {
+        s.client
+            .define_topic(TopicSpec::new(name, TopicKind::Priority).slots(64))
+            .await
+            .unwrap();
+    }
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    // Redis holds every command for 3 s: the reading of `a` stays under way.
+    let redis = redis::Client::open(s.redis_url.as_str()).unwrap();
+    let mut c = redis.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(3000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let first = tokio::spawn(http.get(s.url("/api/v1/topics/a/stats")).send());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The same reading is joined, not refused.
+    let joined = tokio::spawn(http.get(s.url("/api/v1/topics/a/stats")).send());
+    let r = http
+        .get(s.url("/api/v1/topics/b/stats"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        r.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["kind"].as_str(), Some("TooBusy"), "{v}");
+    let (first, joined) = (
+        first.await.unwrap().unwrap(),
+        joined.await.unwrap().unwrap(),
+    );
+    assert_eq!(
+        (first.status(), joined.status()),
+        (StatusCode::OK, StatusCode::OK)
+    );
+    // Once the reading is done, the next one runs.
+    let r = http
+        .get(s.url("/api/v1/topics/b/stats"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+/// Issue 39's measurement: peak memory of the process while 32 clients
+/// read one 65,536-slot topic at once. Run by hand:
+/// `cargo test -p rmq-serve --test limits -- --ignored --nocapture rss`.
+#[tokio::test]
+#[ignore]
+async fn rss_under_32_concurrent_reads_of_a_65536_slot_topic() {
+    let s = Server::start(Limits::default(), options()).await;
+    s.client
+        .define_topic(TopicSpec::new("huge", TopicKind::Priority).slots(65_536))
+        .await
+        .unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await; // the sampler's first round
+    for path in [
+        "/api/v1/topics",
+        "/api/v1/topics/huge/slots",
+        "/api/v1/topics/huge/stats?slots=true",
+    ] {
+        let before = peak_rss();
+        let t0 = Instant::now();
+        let statuses = futures::future::join_all((0..32).map(|_| async {
+            let r = http.get(s.url(path)).send().await.unwrap();
+            let st = r.status();
+            r.bytes().await.unwrap();
+            st
+        }))
+        .await;
+        let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+        println!(
+            "{path}: 32 concurrent reads in {:.1} s, {ok} answered 200, peak RSS {} MB (grew {} MB)",
+            t0.elapsed().as_secs_f64(),
+            peak_rss() >> 20,
+            peak_rss().saturating_sub(before) >> 20
+        );
+    }
+}

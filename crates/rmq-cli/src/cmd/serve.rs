@@ -63,6 +63,11 @@ pub struct ServeArgs {
     /// take before the server closes their connections and exits, in ms
     #[arg(long, value_name = "MS", default_value_t = 5_000)]
     pub shutdown_grace: u64,
+    /// Expensive readings (topic list, stats, slots, peeks, dead-letter
+    /// pages, serial groups) run at once; beyond it requests get 429 with
+    /// Retry-After. Requests for a reading under way share it
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub max_expensive_reads: u64,
 }
 
 fn access(a: &ServeArgs) -> CliResult<Access> {
@@ -114,6 +119,7 @@ pub async fn run(g: &Global, a: ServeArgs) -> CliResult {
         scrape_cache: Duration::from_millis(a.scrape_cache),
         sample_every: Duration::from_millis(a.sample_every),
         allowed_hosts: a.allowed_hosts,
+        max_expensive_reads: usize::try_from(a.max_expensive_reads).unwrap_or(usize::MAX),
     };
     let mut term = signal(SignalKind::terminate())
         .map_err(|e| CliError::runtime(format!("cannot listen for SIGTERM: {e}")))?;
