@@ -58,6 +58,15 @@ try {
     await page.locator("[data-testid=state]").waitFor();
     await page.waitForFunction(() => document.querySelector("[data-testid=state]")?.innerText === "absent");
 
+    // The keys "." and ".." are looked up and cancelled like any other.
+    for (const key of [".", ".."]) {
+      await go(`#/topic/dots/lookup/${encodeURIComponent(key)}`);
+      await page.locator("[data-testid=state]").waitFor();
+      expect((await page.innerText("[data-testid=state]")) === "pending", `the key ${key} is pending`);
+      await page.click("button[data-action=Cancel]");
+      await page.waitForFunction((k) => document.querySelector("#status").innerText.includes(`cancel ${k}: cancelled`), key);
+    }
+
     // Requeue a dead letter by clicking: it is pending again.
     await go("#/topic/orders/dead");
     const row = page.locator('tr[data-key="broken-1"]');

@@ -115,6 +115,17 @@ async fn fill(client: &Client) -> rmq::CancellationToken {
             }
         }
     }
+    // The keys `.` and `..`: a browser resolves them as dot segments in a
+    // path, so the page must name them otherwise.
+    let dots = client
+        .define_topic(TopicSpec::new("dots", TopicKind::Priority).slots(2))
+        .await
+        .unwrap();
+    for key in [".", ".."] {
+        dots.send(Message::new("dot").key(key).priority(1))
+            .await
+            .unwrap();
+    }
     let payments = client
         .define_topic(TopicSpec::new("payments", TopicKind::Priority).slots(4))
         .await
