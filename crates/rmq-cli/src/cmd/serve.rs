@@ -70,22 +70,24 @@ pub struct ServeArgs {
     pub max_expensive_reads: u64,
 }
 
-fn access(a: &ServeArgs) -> CliResult<Access> {
+/// Who may act, and a warning to print once the server listens (the
+/// first line on stderr names the address).
+fn access(a: &ServeArgs) -> CliResult<(Access, Option<String>)> {
     if let Some(path) = &a.token_file {
         let file = rmq_serve::read_token_file(path).map_err(|e| {
             CliError::usage(format!("the token file {} is refused: {e}", path.display()))
         })?;
-        if file.world_readable {
-            output::note(&format!(
+        let warning = file.world_readable.then(|| {
+            format!(
                 "warning: the token file {} is readable by every user of this machine \
                  (chmod 600 it): anyone here could act through the server",
                 path.display()
-            ));
-        }
-        return Ok(Access::Token(file.token));
+            )
+        });
+        return Ok((Access::Token(file.token), warning));
     }
     if a.allow_unauthenticated_actions {
-        return Ok(Access::Unauthenticated);
+        return Ok((Access::Unauthenticated, None));
     }
     if !a.read_only {
         output::note(
@@ -93,11 +95,11 @@ fn access(a: &ServeArgs) -> CliResult<Access> {
              --allow-unauthenticated-actions on a trusted network",
         );
     }
-    Ok(Access::ReadOnly)
+    Ok((Access::ReadOnly, None))
 }
 
 pub async fn run(g: &Global, a: ServeArgs) -> CliResult {
-    let access = access(&a)?;
+    let (access, warning) = access(&a)?;
     let client = connect::client(g).await?;
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
@@ -114,6 +116,9 @@ pub async fn run(g: &Global, a: ServeArgs) -> CliResult {
         "serving the dashboard at http://{addr}/, the API under /api/v1 and metrics at \
          /metrics ({mode}); Ctrl-C stops"
     ));
+    if let Some(w) = warning {
+        output::note(&w);
+    }
     let options = Options {
         access,
         scrape_cache: Duration::from_millis(a.scrape_cache),
