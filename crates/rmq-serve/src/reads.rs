@@ -70,6 +70,13 @@ impl Reads {
         T: serde::Serialize,
     {
         let flight = self.lock().entry(key.clone()).or_default().clone();
+        // Whatever happens to this request (answered, or dropped when its
+        // client hangs up), the last one to leave a flight removes it.
+        let _leave = Leave {
+            reads: self,
+            key: &key,
+            flight: &flight,
+        };
         // If the request making the reading goes away (its client hung
         // up), a waiting one takes the reading over.
         let shared = flight
@@ -88,17 +95,52 @@ impl Reads {
             })
             .await
             .clone();
-        {
-            let mut flights = self.lock();
-            if flights.get(&key).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
-                flights.remove(&key);
-            }
-        }
         shared.map(JsonBody)
+    }
+}
+
+/// Leaves a flight: removes it once done (the next request reads anew),
+/// or once nobody waits for it any more (so that requests given up
+/// midway leave nothing behind).
+struct Leave<'a> {
+    reads: &'a Reads,
+    key: &'a str,
+    flight: &'a Arc<OnceCell<Shared>>,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        let mut flights = self.reads.lock();
+        let ours = flights
+            .get(self.key)
+            .is_some_and(|f| Arc::ptr_eq(f, self.flight));
+        // Held by the map and by this request alone: nobody else waits.
+        let alone = Arc::strong_count(self.flight) <= 2;
+        if ours && (self.flight.initialized() || alone) {
+            flights.remove(self.key);
+        }
     }
 }
 
 /// The name of a reading: its route and parameters, unambiguously.
 pub(crate) fn flight(parts: &impl serde::Serialize) -> String {
     serde_json::to_string(parts).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_reading_given_up_midway_leaves_nothing_behind() {
+        let reads = Reads::new(1);
+        let never = reads.run("k".into(), || std::future::pending::<ApiResult<u8>>());
+        let gave_up = tokio::time::timeout(std::time::Duration::from_millis(20), never).await;
+        assert!(gave_up.is_err());
+        assert!(reads.lock().is_empty());
+        // Its place was given back: the next reading runs.
+        let body = reads.run("k".into(), || async { Ok(7u8) }).await;
+        assert_eq!(body.ok().map(|b| b.0), Some(Bytes::from_static(b"7")));
+        assert!(reads.lock().is_empty());
+    }
 }
