@@ -61,8 +61,11 @@ try {
     // The keys "." and ".." are looked up and cancelled like any other.
     for (const key of [".", ".."]) {
       await go(`#/topic/dots/lookup/${encodeURIComponent(key)}`);
-      await page.locator("[data-testid=state]").waitFor();
-      expect((await page.innerText("[data-testid=state]")) === "pending", `the key ${key} is pending`);
+      // The previous lookup's state may still be on the page: wait for this key's.
+      const shown = await page.waitForFunction(
+        (k) => document.querySelector("[data-testid=lookup-key]")?.value === k && document.querySelector("[data-testid=state]")?.innerText,
+        key, { timeout: 10000 }).then((h) => h.jsonValue(), () => null);
+      expect(shown === "pending", `the key ${key} is pending (the page shows ${shown})`);
       await page.click("button[data-action=Cancel]");
       await page.waitForFunction((k) => document.querySelector("#status").innerText.includes(`cancel ${k}: cancelled`), key);
     }
