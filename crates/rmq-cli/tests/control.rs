@@ -511,6 +511,8 @@ fn serve_answers_the_api_and_metrics_and_refuses_actions_without_the_token() {
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
     std::fs::write(&token, "0123456789abcdef-token\n").unwrap();
+    // Readable by everyone: served, with a warning after the address.
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let mut child = env
         .cmd(&[
             "serve",
@@ -524,9 +526,11 @@ fn serve_answers_the_api_and_metrics_and_refuses_actions_without_the_token() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    stderr.read_line(&mut line).unwrap();
+    let mut warning = String::new();
+    stderr.read_line(&mut warning).unwrap();
+    assert!(warning.contains("readable by every user"), "{warning:?}");
     let addr = line
         .split("http://")
         .nth(1)
@@ -554,11 +558,34 @@ fn serve_answers_the_api_and_metrics_and_refuses_actions_without_the_token() {
     );
     assert!(status.contains("200"), "{status}");
     assert_eq!(env.stats("s")["paused_slots"], 2);
+    // A client holding a half-sent request does not keep it from stopping
+    // (within --shutdown-grace, 5 s by default).
+    let mut held = std::net::TcpStream::connect(&addr).unwrap();
+    std::io::Write::write_all(
+        &mut held,
+        format!(
+            "POST /api/v1/topics HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer 0123456789abcdef-token\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
     kill("-TERM", &child.id().to_string());
     let status = wait_limited(&mut child, Duration::from_secs(10)).expect("stops on SIGTERM");
     assert!(status.success());
+    drop(held);
     // A short token is refused before anything listens.
     std::fs::write(&token, "short\n").unwrap();
+    env.rmq(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--token-file",
+        token.to_str().unwrap(),
+    ])
+    .one_error(2);
+    // So is one that no header could carry (not printable ASCII).
+    std::fs::write(&token, "0123456789abcdéf-token\n").unwrap();
     env.rmq(&[
         "serve",
         "--listen",

@@ -43,6 +43,9 @@ function maxOf(values, floor) {
 const fmt = new Intl.NumberFormat("en");
 const num = (n) => (n === undefined || n === null ? "" : fmt.format(n));
 const enc = encodeURIComponent;
+// A key travels in the query, never as a path segment: the browser would
+// resolve the keys "." and ".." (even percent-encoded) as dot segments.
+const keyPath = (name, key) => `/topics/${enc(name)}/key?key=${enc(key)}`;
 
 function ago(ms) {
   if (ms === undefined || ms === null) return "";
@@ -67,7 +70,7 @@ class ApiError extends Error {
   constructor(status, kind, message) { super(message); this.status = status; this.kind = kind; }
 }
 
-async function api(method, path, body) {
+async function api(method, path, body, retries = 3) {
   const headers = {};
   const token = sessionStorage.getItem("rmq-token");
   if (method !== "GET" && token) headers.Authorization = `Bearer ${token}`;
@@ -75,6 +78,13 @@ async function api(method, path, body) {
   const r = await fetch(API + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   let v = null;
   try { v = await r.json(); } catch (_) { /* an empty body */ }
+  // Too many expensive readings at once on the server: a reading is
+  // retried after the time it asks for (an action never is).
+  if (r.status === 429 && method === "GET" && retries > 0) {
+    const secs = Number(r.headers.get("Retry-After")) || 1;
+    await new Promise((ok) => setTimeout(ok, secs * 1000));
+    return api(method, path, body, retries - 1);
+  }
   if (!r.ok) {
     const e = (v && v.error) || {};
     throw new ApiError(r.status, e.kind || String(r.status), e.message || r.statusText);
@@ -301,9 +311,9 @@ async function lookup(pane, name, spec, key) {
   const go = async (ev) => {
     if (ev) ev.preventDefault();
     if (!input.value) return;
-    const q = basis.value ? `?slot_basis=${enc(basis.value)}` : "";
+    const q = basis.value ? `&slot_basis=${enc(basis.value)}` : "";
     try {
-      const l = await api("GET", `/topics/${enc(name)}/messages/${enc(input.value)}${q}`);
+      const l = await api("GET", `${keyPath(name, input.value)}${q}`);
       out.replaceChildren(lookupView(name, spec, l, basis.value));
     } catch (e) {
       out.replaceChildren(h("div", { class: "warn" }, e.message));
@@ -331,8 +341,8 @@ function lookupView(name, spec, l, basis) {
   if (l.parked) rows.push(["parked duplicate", `${l.parked.payload}${l.parked.due_ms ? ` — due ${when(l.parked.due_ms, now)}` : ""}${l.parked.priority !== undefined ? ` — priority ${l.parked.priority}` : ""}`]);
   if (l.dead) rows.push(["dead letter", `${l.dead.payload} — ${l.dead.error} — after ${l.dead.attempts} attempts, ${when(l.dead.dead_at_ms, now)}`]);
   const dl = h("dl", { class: "kv" }, rows.filter(([, v]) => v !== undefined && v !== null && v !== "").map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
-  const q = basis ? `?slot_basis=${enc(basis)}` : "";
-  const path = `/topics/${enc(name)}/messages/${enc(l.key)}`;
+  const q = basis ? `&slot_basis=${enc(basis)}` : "";
+  const path = keyPath(name, l.key);
   const acts = h("div", { class: "row" });
   if (server.actions && l.state !== "absent" && l.state !== "dead") {
     acts.append(actionButton("Cancel", () => {
@@ -347,7 +357,7 @@ function lookupView(name, spec, l, basis) {
       if (val.value.trim() === "") throw new Error(`give the new ${field === "priority" ? "priority" : "delay in ms"}`);
       const body = { [field]: Number(val.value) };
       if (basis) body.slot_basis = basis;
-      const r = await api("POST", `${path}/reschedule`, body);
+      const r = await api("POST", `/topics/${enc(name)}/key/reschedule?key=${enc(l.key)}`, body);
       return r.due_ms ? `due ${when(r.due_ms)}` : `priority ${r.priority}`;
     })));
   }

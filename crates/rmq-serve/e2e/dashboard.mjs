@@ -58,6 +58,18 @@ try {
     await page.locator("[data-testid=state]").waitFor();
     await page.waitForFunction(() => document.querySelector("[data-testid=state]")?.innerText === "absent");
 
+    // The keys "." and ".." are looked up and cancelled like any other.
+    for (const key of [".", ".."]) {
+      await go(`#/topic/dots/lookup/${encodeURIComponent(key)}`);
+      // The previous lookup's state may still be on the page: wait for this key's.
+      const shown = await page.waitForFunction(
+        (k) => document.querySelector("[data-testid=lookup-key]")?.value === k && document.querySelector("[data-testid=state]")?.innerText,
+        key, { timeout: 10000 }).then((h) => h.jsonValue(), () => null);
+      expect(shown === "pending", `the key ${key} is pending (the page shows ${shown})`);
+      await page.click("button[data-action=Cancel]");
+      await page.waitForFunction((k) => document.querySelector("#status").innerText.includes(`cancel ${k}: cancelled`), key);
+    }
+
     // Requeue a dead letter by clicking: it is pending again.
     await go("#/topic/orders/dead");
     const row = page.locator('tr[data-key="broken-1"]');

@@ -73,6 +73,68 @@ impl Access {
     }
 }
 
+/// A bearer token read from a file, and what the file's permissions
+/// warrant saying.
+#[derive(Debug)]
+pub struct TokenFile {
+    /// The file's first line, trimmed.
+    pub token: String,
+    /// Set when others may read the file (mode `o+r`): anyone on the
+    /// machine could act through the server.
+    pub world_readable: bool,
+}
+
+/// Why a token file is refused.
+#[derive(Debug)]
+pub enum TokenFileError {
+    /// It cannot be read.
+    Unreadable(std::io::Error),
+    /// Its token is shorter than 16 characters.
+    TooShort,
+    /// Its token has a character outside printable ASCII: an HTTP header
+    /// cannot carry it, so no request could ever match it.
+    NotPrintableAscii,
+}
+
+impl std::fmt::Display for TokenFileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TokenFileError::Unreadable(e) => write!(f, "it cannot be read: {e}"),
+            TokenFileError::TooShort => {
+                f.write_str("its token is shorter than 16 characters: use a long random one")
+            }
+            TokenFileError::NotPrintableAscii => f.write_str(
+                "its token has a character outside printable ASCII (letters, digits, \
+                 punctuation): a header cannot carry it, so no request could match it",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TokenFileError {}
+
+/// Reads the token on the first line of `path` and checks it can be used.
+pub fn read_token_file(path: &std::path::Path) -> Result<TokenFile, TokenFileError> {
+    let text = std::fs::read_to_string(path).map_err(TokenFileError::Unreadable)?;
+    let token = text.lines().next().unwrap_or_default().trim().to_string();
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(TokenFileError::NotPrintableAscii);
+    }
+    if token.len() < 16 {
+        return Err(TokenFileError::TooShort);
+    }
+    let world_readable = {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path)
+            .map(|m| m.permissions().mode() & 0o004 != 0)
+            .unwrap_or(false)
+    };
+    Ok(TokenFile {
+        token,
+        world_readable,
+    })
+}
+
 /// Runs before every dashboard and API handler (and before any body is
 /// read): the host check for all, the origin and access checks for actions.
 pub(crate) async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
@@ -198,6 +260,41 @@ mod tests {
         for bad in ["evil.example", "evil.example:8080", "127.0.0.1.nip.io:80"] {
             assert!(host_allowed(&host(bad), &allowed).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_token_file_is_checked_and_its_permissions_reported() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("rmq-serve-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str, text: &str, mode: u32| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            p
+        };
+        let ok = read_token_file(&file("ok", "0123456789abcdef-xyz\n", 0o600)).unwrap();
+        assert_eq!(
+            (ok.token.as_str(), ok.world_readable),
+            ("0123456789abcdef-xyz", false)
+        );
+        let open = read_token_file(&file("open", "0123456789abcdef-xyz", 0o644)).unwrap();
+        assert!(open.world_readable);
+        for (name, text) in [
+            ("accents", "0123456789abcdéfgh"),
+            ("space", "01234567 89abcdefgh"),
+        ] {
+            let e = read_token_file(&file(name, text, 0o600)).unwrap_err();
+            assert!(
+                matches!(e, TokenFileError::NotPrintableAscii),
+                "{name}: {e}"
+            );
+        }
+        let e = read_token_file(&file("short", "short", 0o600)).unwrap_err();
+        assert!(matches!(e, TokenFileError::TooShort), "{e}");
+        let e = read_token_file(&dir.join("absent")).unwrap_err();
+        assert!(matches!(e, TokenFileError::Unreadable(_)), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, OriginalUri, Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -17,14 +17,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::bounded::Capped;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::reads::{flight, JsonBody};
 use crate::views::{lossy, LookupJson};
 use crate::AppState;
 
 type St = State<Arc<AppState>>;
 
-/// Messages (or keys) one request may carry.
-pub(crate) const MAX_BATCH: usize = 10_000;
 /// The deepest page of dead letters (a page reads where each slot's dead
 /// letters begin, then up to offset + limit letters of the slots that can
 /// hold the page).
@@ -55,6 +55,8 @@ pub(crate) fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
             "/topics/{topic}/messages/{key}/reschedule",
             post(reschedule),
         )
+        .route("/topics/{topic}/key", get(lookup_q).delete(cancel_one_q))
+        .route("/topics/{topic}/key/reschedule", post(reschedule_q))
         .route("/topics/{topic}/cancel", post(cancel_many))
         .route("/topics/{topic}/dead", get(dead_list))
         .route("/topics/{topic}/dead/requeue", post(dead_requeue))
@@ -65,7 +67,9 @@ pub(crate) fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
 }
 
 /// Any other path under `/api/v1`: the error shape, not an empty 404.
-pub(crate) async fn not_found(uri: axum::http::Uri) -> ApiError {
+/// The path is the one the client asked for (the nested router's own
+/// `Uri` has lost its `/api/v1`).
+pub(crate) async fn not_found(OriginalUri(uri): OriginalUri) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "NotFound",
@@ -73,10 +77,16 @@ pub(crate) async fn not_found(uri: axum::http::Uri) -> ApiError {
     )
 }
 
-/// A JSON body, or the API's error shape when it cannot be read.
+/// A JSON body, or the API's error shape when it cannot be read: 413 for
+/// a body over the limit, else 400.
 fn body<T>(b: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
-    b.map(|Json(v)| v).map_err(|e| {
-        ApiError::bad_request(format!("the request body is not valid: {}", e.body_text()))
+    b.map(|Json(v)| v).map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "PayloadTooLarge",
+            format!("the request body is larger than {MAX_BODY} bytes; nothing was done"),
+        ),
+        _ => ApiError::bad_request(format!("the request body is not valid: {}", e.body_text())),
     })
 }
 
@@ -115,16 +125,21 @@ async fn topic_view(t: &Topic) -> ApiResult<Value> {
     responses(
         (status = 200, description = "The topics", body = Object),
         (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 429, description = "Too many expensive readings under way: retry after `Retry-After` seconds", body = ErrorBody),
         (status = 404, description = "No such topic", body = ErrorBody),
         (status = 503, description = "Redis is unreachable", body = ErrorBody),
     )
 )]
-async fn list_topics(State(st): St) -> ApiResult<Json<Value>> {
-    let mut out = Vec::new();
-    for t in st.client.open_topics().await? {
-        out.push(topic_view(&t).await?);
-    }
-    Ok(Json(json!({ "topics": out })))
+async fn list_topics(State(st): St) -> ApiResult<JsonBody> {
+    st.reads
+        .run(flight(&("topics",)), || async {
+            let mut out = Vec::new();
+            for t in st.client.open_topics().await? {
+                out.push(topic_view(&t).await?);
+            }
+            Ok(json!({ "topics": out }))
+        })
+        .await
 }
 
 #[utoipa::path(
@@ -136,12 +151,17 @@ async fn list_topics(State(st): St) -> ApiResult<Json<Value>> {
     responses(
         (status = 200, description = "The topic", body = Object),
         (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 429, description = "Too many expensive readings under way: retry after `Retry-After` seconds", body = ErrorBody),
         (status = 404, description = "No such topic", body = ErrorBody),
         (status = 503, description = "Redis is unreachable", body = ErrorBody),
     )
 )]
-async fn show_topic(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Value>> {
-    Ok(Json(topic_view(&topic(&st, &name).await?).await?))
+async fn show_topic(State(st): St, Path(name): Path<String>) -> ApiResult<JsonBody> {
+    st.reads
+        .run(flight(&("topic", &name)), || async {
+            topic_view(&topic(&st, &name).await?).await
+        })
+        .await
 }
 
 /// A topic's kind (the library's `TopicKind`).
@@ -408,6 +428,16 @@ async fn set_paused(st: Arc<AppState>, name: String, paused: bool) -> ApiResult<
     })))
 }
 
+/// A topic's stats, serialized straight from the reading (no JSON tree
+/// of 65,536 slots in between).
+#[derive(serde::Serialize)]
+struct StatsBody {
+    total: rmq::Stats,
+    server_ms: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slots: Option<Vec<rmq::Stats>>,
+}
+
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct SlotsQuery {
@@ -424,6 +454,7 @@ pub(crate) struct SlotsQuery {
     responses(
         (status = 200, description = "Stats", body = Object),
         (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 429, description = "Too many expensive readings under way: retry after `Retry-After` seconds", body = ErrorBody),
         (status = 404, description = "No such topic", body = ErrorBody),
         (status = 503, description = "Redis is unreachable", body = ErrorBody),
     )
@@ -432,13 +463,17 @@ async fn stats(
     State(st): St,
     Path(name): Path<String>,
     Query(q): Query<SlotsQuery>,
-) -> ApiResult<Json<Value>> {
-    let s = topic(&st, &name).await?.stats().await?;
-    let mut v = json!({ "total": s.total, "server_ms": s.server_ms });
-    if q.slots {
-        v["slots"] = json!(s.slots);
-    }
-    Ok(Json(v))
+) -> ApiResult<JsonBody> {
+    st.reads
+        .run(flight(&("stats", &name, q.slots)), || async {
+            let s = topic(&st, &name).await?.stats().await?;
+            Ok(StatsBody {
+                total: s.total,
+                server_ms: s.server_ms,
+                slots: q.slots.then_some(s.slots),
+            })
+        })
+        .await
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -457,6 +492,7 @@ pub(crate) struct Limit {
     responses(
         (status = 200, description = "Pending messages", body = Object),
         (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 429, description = "Too many expensive readings under way: retry after `Retry-After` seconds", body = ErrorBody),
         (status = 404, description = "No such topic", body = ErrorBody),
         (status = 503, description = "Redis is unreachable", body = ErrorBody),
     )
@@ -465,12 +501,20 @@ async fn peek(
     State(st): St,
     Path(name): Path<String>,
     Query(q): Query<Limit>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<JsonBody> {
     let (limit, offset) = (
         q.limit.unwrap_or(20).min(1_000),
         q.offset.unwrap_or(0).min(MAX_PEEK_OFFSET),
     );
-    let pending = topic(&st, &name).await?.peek(offset + limit).await?;
+    st.reads
+        .run(flight(&("peek", &name, offset, limit)), || {
+            peek_page(&st, &name, offset, limit)
+        })
+        .await
+}
+
+async fn peek_page(st: &AppState, name: &str, offset: usize, limit: usize) -> ApiResult<Value> {
+    let pending = topic(st, name).await?.peek(offset + limit).await?;
     let out: Vec<Value> = pending
         .iter()
         .skip(offset)
@@ -481,9 +525,7 @@ async fn peek(
             })
         })
         .collect();
-    Ok(Json(
-        json!({ "offset": offset, "limit": limit, "messages": out }),
-    ))
+    Ok(json!({ "offset": offset, "limit": limit, "messages": out }))
 }
 
 /// One message to send.
@@ -531,12 +573,76 @@ impl SendLine {
     }
 }
 
-/// One message, or `{"messages": [...]}`.
+/// One message, or `{"messages": [...]}` (as the OpenAPI document shows
+/// it; the body is read as [`SendBody`]).
 #[derive(Deserialize, ToSchema)]
 #[serde(untagged)]
-pub(crate) enum SendBody {
-    Batch { messages: Vec<SendLine> },
+#[allow(dead_code)]
+pub(crate) enum SendBodyDoc {
+    Batch {
+        /// At most 10,000.
+        messages: Vec<SendLine>,
+    },
     One(SendLine),
+}
+
+/// One message's fields, or `messages` alone. Not an untagged enum: that
+/// would buffer the whole body as a tree before choosing, and the batch
+/// must be counted while it is read.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SendBody {
+    messages: Option<Capped<SendLine>>,
+    payload: Option<String>,
+    key: Option<String>,
+    slot_basis: Option<String>,
+    priority: Option<u32>,
+    at: Option<i64>,
+    delay: Option<u64>,
+    range: Option<u64>,
+}
+
+impl SendBody {
+    /// The lines to send, and whether it was one message.
+    fn lines(self) -> ApiResult<(Vec<SendLine>, bool)> {
+        let SendBody {
+            messages,
+            payload,
+            key,
+            slot_basis,
+            priority,
+            at,
+            delay,
+            range,
+        } = self;
+        let one_field = key.is_some()
+            || slot_basis.is_some()
+            || priority.is_some()
+            || at.is_some()
+            || delay.is_some()
+            || range.is_some();
+        match (messages, payload) {
+            (Some(Capped(lines)), None) if !one_field => Ok((lines, false)),
+            (None, Some(payload)) => Ok((
+                vec![SendLine {
+                    payload,
+                    key,
+                    slot_basis,
+                    priority,
+                    at,
+                    delay,
+                    range,
+                }],
+                true,
+            )),
+            (Some(_), _) => Err(ApiError::bad_request(
+                "give either one message's fields or messages: [...], not both; nothing was sent",
+            )),
+            (None, None) => Err(ApiError::bad_request(
+                "missing field `payload` (or give messages: [...]); nothing was sent",
+            )),
+        }
+    }
 }
 
 #[utoipa::path(
@@ -545,7 +651,7 @@ pub(crate) enum SendBody {
     tag = "messages",
     summary = "Send one message, or a batch as an object with a messages array",
     params(("topic" = String, Path, description = "Topic name", example = "p")),
-    request_body = SendBody,
+    request_body = SendBodyDoc,
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Where each message went (merged or new)", body = Object),
@@ -562,17 +668,8 @@ async fn send(
     Path(name): Path<String>,
     b: Result<Json<SendBody>, JsonRejection>,
 ) -> ApiResult<Json<Value>> {
+    let (lines, one) = body(b)?.lines()?;
     let t = topic(&st, &name).await?;
-    let (lines, one) = match body(b)? {
-        SendBody::One(l) => (vec![l], true),
-        SendBody::Batch { messages } => (messages, false),
-    };
-    if lines.len() > MAX_BATCH {
-        return Err(ApiError::bad_request(format!(
-            "a batch of {} messages is too large: send at most {MAX_BATCH} per request; nothing was sent",
-            lines.len()
-        )));
-    }
     let messages = lines
         .into_iter()
         .map(SendLine::message)
@@ -623,8 +720,50 @@ async fn lookup(
     Path((name, key)): Path<(String, String)>,
     Query(q): Query<Basis>,
 ) -> ApiResult<Json<LookupJson>> {
-    let t = topic(&st, &name).await?;
-    let basis = q.slot_basis.unwrap_or_else(|| key.clone());
+    lookup_key(&st, &name, key, q.slot_basis).await
+}
+
+/// A key in the query rather than the path: the keys `.` and `..`
+/// cannot travel as a path segment (clients, browsers first, resolve them
+/// as dot segments, even percent-encoded), so the dashboard names every
+/// key this way.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct KeyQuery {
+    /// Merge key.
+    key: String,
+    slot_basis: Option<String>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/topics/{topic}/key",
+    tag = "messages",
+    summary = "Where a key is, the key given in the query (any key, `.` and `..` too)",
+    params(("topic" = String, Path, description = "Topic name", example = "p"), KeyQuery),
+    responses(
+        (status = 200, description = "The key", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
+async fn lookup_q(
+    State(st): St,
+    Path(name): Path<String>,
+    Query(q): Query<KeyQuery>,
+) -> ApiResult<Json<LookupJson>> {
+    lookup_key(&st, &name, q.key, q.slot_basis).await
+}
+
+async fn lookup_key(
+    st: &AppState,
+    name: &str,
+    key: String,
+    slot_basis: Option<String>,
+) -> ApiResult<Json<LookupJson>> {
+    let t = topic(st, name).await?;
+    let basis = slot_basis.unwrap_or_else(|| key.clone());
     let l = t.get_in(key.as_bytes(), basis.as_bytes()).await?;
     Ok(Json(LookupJson::of(&l)))
 }
@@ -663,8 +802,42 @@ async fn cancel_one(
     Path((name, key)): Path<(String, String)>,
     Query(q): Query<Basis>,
 ) -> ApiResult<Json<Value>> {
-    let t = topic(&st, &name).await?;
-    let basis = q.slot_basis.unwrap_or_else(|| key.clone());
+    cancel_key(&st, &name, key, q.slot_basis).await
+}
+
+#[utoipa::path(
+    delete,
+    path = "/api/v1/topics/{topic}/key",
+    tag = "messages",
+    summary = "Cancel a key's message, the key given in the query (any key, `.` and `..` too)",
+    params(("topic" = String, Path, description = "Topic name", example = "p"), KeyQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "What the cancel met", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+        (status = 403, description = "This server is read-only", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 409, description = "The state refuses it (in use, not waiting, another definition)", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
+async fn cancel_one_q(
+    State(st): St,
+    Path(name): Path<String>,
+    Query(q): Query<KeyQuery>,
+) -> ApiResult<Json<Value>> {
+    cancel_key(&st, &name, q.key, q.slot_basis).await
+}
+
+async fn cancel_key(
+    st: &AppState,
+    name: &str,
+    key: String,
+    slot_basis: Option<String>,
+) -> ApiResult<Json<Value>> {
+    let t = topic(st, name).await?;
+    let basis = slot_basis.unwrap_or_else(|| key.clone());
     let out = t.cancel_in(&[key.as_bytes()], basis.as_bytes()).await?;
     let o = out.first().copied().unwrap_or(CancelOutcome::Absent);
     Ok(Json(cancel_json(&key, o)))
@@ -673,7 +846,9 @@ async fn cancel_one(
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CancelBody {
-    keys: Vec<String>,
+    /// At most 10,000.
+    #[schema(value_type = Vec<String>)]
+    keys: Capped<String>,
     slot_basis: Option<String>,
 }
 
@@ -701,19 +876,15 @@ async fn cancel_many(
     b: Result<Json<CancelBody>, JsonRejection>,
 ) -> ApiResult<Json<Value>> {
     let c = body(b)?;
-    if c.keys.len() > MAX_BATCH {
-        return Err(ApiError::bad_request(format!(
-            "at most {MAX_BATCH} keys per request; nothing was cancelled"
-        )));
-    }
     let t = topic(&st, &name).await?;
-    let keys: Vec<&[u8]> = c.keys.iter().map(|k| k.as_bytes()).collect();
+    let keys: Vec<&[u8]> = c.keys.0.iter().map(|k| k.as_bytes()).collect();
     let out = match &c.slot_basis {
         Some(b) => t.cancel_in(&keys, b.as_bytes()).await?,
         None => t.cancel(&keys).await?,
     };
     let results: Vec<Value> = c
         .keys
+        .0
         .iter()
         .zip(out)
         .map(|(k, o)| cancel_json(k, o))
@@ -753,7 +924,50 @@ async fn reschedule(
     Path((name, key)): Path<(String, String)>,
     b: Result<Json<RescheduleBody>, JsonRejection>,
 ) -> ApiResult<Json<Value>> {
-    let r = body(b)?;
+    reschedule_key(&st, &name, key, body(b)?).await
+}
+
+/// The key of a reschedule given in the query.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct KeyOnly {
+    /// Merge key.
+    key: String,
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/topics/{topic}/key/reschedule",
+    tag = "messages",
+    summary = "Reschedule a waiting message, the key given in the query (any key, `.` and `..` too)",
+    params(("topic" = String, Path, description = "Topic name", example = "p"), KeyOnly),
+    request_body = RescheduleBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Rescheduled", body = Object),
+        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+        (status = 403, description = "This server is read-only", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 409, description = "The state refuses it (in use, not waiting, another definition)", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
+async fn reschedule_q(
+    State(st): St,
+    Path(name): Path<String>,
+    Query(q): Query<KeyOnly>,
+    b: Result<Json<RescheduleBody>, JsonRejection>,
+) -> ApiResult<Json<Value>> {
+    reschedule_key(&st, &name, q.key, body(b)?).await
+}
+
+async fn reschedule_key(
+    st: &AppState,
+    name: &str,
+    key: String,
+    r: RescheduleBody,
+) -> ApiResult<Json<Value>> {
     let to = match (r.at, r.delay, r.priority) {
         (Some(ms), None, None) => Reschedule::At(ms),
         (None, Some(ms), None) => Reschedule::Delay(ms),
@@ -764,7 +978,7 @@ async fn reschedule(
             ))
         }
     };
-    let t = topic(&st, &name).await?;
+    let t = topic(st, name).await?;
     let basis = r.slot_basis.unwrap_or_else(|| key.clone());
     let done = t
         .reschedule_in(key.as_bytes(), basis.as_bytes(), to)
@@ -789,6 +1003,7 @@ async fn reschedule(
     responses(
         (status = 200, description = "A page of dead letters", body = Object),
         (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 429, description = "Too many expensive readings under way: retry after `Retry-After` seconds", body = ErrorBody),
         (status = 404, description = "No such topic", body = ErrorBody),
         (status = 503, description = "Redis is unreachable", body = ErrorBody),
     )
@@ -797,15 +1012,20 @@ async fn dead_list(
     State(st): St,
     Path(name): Path<String>,
     Query(q): Query<Limit>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<JsonBody> {
     let (limit, offset) = (
         q.limit.unwrap_or(50).min(1_000),
         q.offset.unwrap_or(0).min(MAX_DEAD_OFFSET),
     );
-    let all = topic(&st, &name)
-        .await?
-        .dead_letters(offset + limit)
-        .await?;
+    st.reads
+        .run(flight(&("dead", &name, offset, limit)), || {
+            dead_page(&st, &name, offset, limit)
+        })
+        .await
+}
+
+async fn dead_page(st: &AppState, name: &str, offset: usize, limit: usize) -> ApiResult<Value> {
+    let all = topic(st, name).await?.dead_letters(offset + limit).await?;
     let page: Vec<Value> = all
         .iter()
         .skip(offset)
@@ -816,9 +1036,7 @@ async fn dead_list(
             })
         })
         .collect();
-    Ok(Json(
-        json!({ "offset": offset, "limit": limit, "dead": page }),
-    ))
+    Ok(json!({ "offset": offset, "limit": limit, "dead": page }))
 }
 
 /// Which dead letters: `{"key": ".."}`, `{"all": true}`, or (purge)
@@ -910,15 +1128,20 @@ async fn dead_purge(
     responses(
         (status = 200, description = "The groups and every slot's lease", body = Object),
         (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
+        (status = 429, description = "Too many expensive readings under way: retry after `Retry-After` seconds", body = ErrorBody),
         (status = 404, description = "No such topic", body = ErrorBody),
         (status = 503, description = "Redis is unreachable", body = ErrorBody),
     )
 )]
-async fn groups(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Value>> {
-    let t = topic(&st, &name).await?;
-    let view = t.serial_groups().await?;
-    let consumers = t.consumers().await?;
-    let mut v = json!(view);
-    v["consumers"] = json!(consumers);
-    Ok(Json(v))
+async fn groups(State(st): St, Path(name): Path<String>) -> ApiResult<JsonBody> {
+    st.reads
+        .run(flight(&("groups", &name)), || async {
+            let t = topic(&st, &name).await?;
+            let view = t.serial_groups().await?;
+            let consumers = t.consumers().await?;
+            let mut v = json!(view);
+            v["consumers"] = json!(consumers);
+            Ok(v)
+        })
+        .await
 }

@@ -9,11 +9,13 @@ use rmq::ErrorKind;
 use serde_json::json;
 
 /// An error answered to the client.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ApiError {
     status: StatusCode,
     kind: String,
     message: String,
+    /// Seconds after which a retry may succeed (`Retry-After`).
+    retry_after: Option<u32>,
 }
 
 impl ApiError {
@@ -22,6 +24,22 @@ impl ApiError {
             status,
             kind: kind.to_string(),
             message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// Too many expensive readings under way (429, retry in a second).
+    pub(crate) fn too_busy(max: usize) -> Self {
+        ApiError {
+            retry_after: Some(1),
+            ..ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "TooBusy",
+                format!(
+                    "{max} expensive readings are under way, the most this server runs at once: \
+                     retry in a second"
+                ),
+            )
         }
     }
 
@@ -57,6 +75,7 @@ impl From<rmq::Error> for ApiError {
             status: status_of(e.kind()),
             kind: format!("{:?}", e.kind()),
             message: e.to_string(),
+            retry_after: None,
         }
     }
 }
@@ -105,7 +124,12 @@ pub(crate) async fn as_error_shape(r: Response) -> Response {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({ "error": { "kind": self.kind, "message": self.message } });
-        (self.status, Json(body)).into_response()
+        let mut r = (self.status, Json(body)).into_response();
+        if let Some(s) = self.retry_after {
+            r.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, s.into());
+        }
+        r
     }
 }
 

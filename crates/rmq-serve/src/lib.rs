@@ -17,18 +17,25 @@
 //! Routes: `api.rs` (topics, messages by key, dead letters, serial
 //! groups), `panels.rs` (what only the dashboard needs: overview, history,
 //! per-slot arrays, the server's settings), `metrics.rs` (the scrape,
-//! cached per interval), `openapi.rs` (the API's OpenAPI document),
+//! cached per interval), `reads.rs` (expensive readings: single flight
+//! and a cap), `bounded.rs` (lists in bodies counted while parsed),
+//! `openapi.rs` (the API's OpenAPI document),
 //! `dashboard.rs` (the embedded assets),
-//! `access.rs` (who may act), `error.rs` (the error shape and status codes).
+//! `access.rs` (who may act), `error.rs` (the error shape and status codes),
+//! `listener.rs` (the accept loop: timeouts, the connection cap, a bounded
+//! stop).
 
 mod access;
 mod api;
+mod bounded;
 mod dashboard;
 mod error;
 mod history;
+mod listener;
 mod metrics;
 mod openapi;
 mod panels;
+mod reads;
 pub mod views;
 
 use std::sync::Arc;
@@ -36,7 +43,8 @@ use std::time::Duration;
 
 use axum::Router;
 
-pub use access::Access;
+pub use access::{read_token_file, Access, TokenFile, TokenFileError};
+pub use listener::Limits;
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -52,6 +60,11 @@ pub struct Options {
     /// Host names the dashboard and the API answer for, besides IP
     /// addresses and `localhost` (see `access.rs`: DNS rebinding).
     pub allowed_hosts: Vec<String>,
+    /// Expensive readings (the topic list, a topic's stats, slots, peeks,
+    /// dead-letter pages, serial groups: work in proportion to the slots)
+    /// run at once; beyond it a request is answered 429 with
+    /// `Retry-After`. Requests for a reading under way share it.
+    pub max_expensive_reads: usize,
 }
 
 impl Default for Options {
@@ -61,6 +74,7 @@ impl Default for Options {
             scrape_cache: Duration::from_secs(5),
             sample_every: Duration::from_secs(10),
             allowed_hosts: Vec::new(),
+            max_expensive_reads: 8,
         }
     }
 }
@@ -73,6 +87,7 @@ pub(crate) struct AppState {
     pub(crate) client: rmq::Client,
     pub(crate) options: Options,
     pub(crate) scrape: metrics::Cache,
+    pub(crate) reads: reads::Reads,
     pub(crate) history: Arc<history::History>,
     /// Stops the sampler when the last handle on the state is gone.
     stop_sampler: rmq::CancellationToken,
@@ -102,6 +117,7 @@ pub fn router(client: rmq::Client, options: Options) -> Router {
     let state = Arc::new(AppState {
         client,
         scrape: metrics::Cache::default(),
+        reads: reads::Reads::new(options.max_expensive_reads),
         options,
         history,
         stop_sampler,
@@ -122,13 +138,22 @@ pub fn router(client: rmq::Client, options: Options) -> Router {
         .with_state(state)
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves.
+/// Serves `router` on `listener` until `shutdown` resolves, with the
+/// default [`Limits`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve_with(listener, router, shutdown, Limits::default()).await
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, within `limits`.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    limits: Limits,
+) -> std::io::Result<()> {
+    listener::run(listener, router, shutdown, limits).await
 }

@@ -20,7 +20,8 @@ use crate::{api, error, panels};
     paths(
         api::list_topics, api::create_topic, api::show_topic, api::update_topic,
         api::delete_topic, api::pause, api::resume, api::stats, api::peek, api::send,
-        api::lookup, api::cancel_one, api::cancel_many, api::reschedule, api::dead_list,
+        api::lookup, api::cancel_one, api::lookup_q, api::cancel_one_q, api::cancel_many,
+        api::reschedule, api::reschedule_q, api::dead_list,
         api::dead_requeue, api::dead_purge, api::groups,
         panels::server, panels::overview, panels::history, panels::slots,
     ),

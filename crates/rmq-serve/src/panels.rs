@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use crate::access::Access;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::reads::{flight, JsonBody};
 use crate::AppState;
 
 type St = State<Arc<AppState>>;
@@ -104,12 +105,19 @@ async fn history(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Valu
     responses(
         (status = 200, description = "Arrays per slot", body = Object),
         (status = 400, description = "Not a topic name", body = ErrorBody),
+        (status = 429, description = "Too many expensive readings under way: retry after `Retry-After` seconds", body = ErrorBody),
         (status = 404, description = "No such topic", body = ErrorBody),
         (status = 503, description = "Redis is unreachable", body = ErrorBody),
     )
 )]
-async fn slots(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Value>> {
-    let s = st.client.topic(&name).await?.stats().await?;
+async fn slots(State(st): St, Path(name): Path<String>) -> ApiResult<JsonBody> {
+    st.reads
+        .run(flight(&("slots", &name)), || slot_arrays(&st, &name))
+        .await
+}
+
+async fn slot_arrays(st: &AppState, name: &str) -> ApiResult<Value> {
+    let s = st.client.topic(name).await?.stats().await?;
     let mut owners: Vec<&str> = Vec::new();
     let owner_of: Vec<i64> = s
         .leases
@@ -126,7 +134,7 @@ async fn slots(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Value>
         })
         .collect();
     let col = |f: fn(&rmq::Stats) -> u64| -> Vec<u64> { s.slots.iter().map(f).collect() };
-    Ok(Json(json!({
+    Ok(json!({
         "due_now": col(|x| x.due_now),
         "scheduled": col(|x| x.scheduled),
         "retry_waiting": col(|x| x.retry_waiting),
@@ -138,5 +146,5 @@ async fn slots(State(st): St, Path(name): Path<String>) -> ApiResult<Json<Value>
         "owners": owners,
         "epoch": s.leases.iter().map(|l| l.epoch).collect::<Vec<_>>(),
         "server_ms": s.server_ms,
-    })))
+    }))
 }

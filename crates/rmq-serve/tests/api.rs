@@ -29,6 +29,7 @@ impl Server {
             scrape_cache: Duration::from_millis(0),
             sample_every: Duration::from_millis(200),
             allowed_hosts: Vec::new(),
+            ..Options::default()
         };
         let router = rmq_serve::router(client.clone(), options);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -828,6 +829,7 @@ async fn the_server_needs_only_the_least_privilege_acl_of_its_prefix() {
             scrape_cache: Duration::from_millis(0),
             sample_every: Duration::from_millis(100),
             allowed_hosts: Vec::new(),
+            ..Options::default()
         };
         let router = rmq_serve::router(client.clone(), options);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -23,6 +23,7 @@ async fn serve(client: &Client, access: Access, sample_every: Duration) -> Strin
         scrape_cache: Duration::from_millis(0),
         sample_every,
         allowed_hosts: Vec::new(),
+        ..Options::default()
     };
     let router = rmq_serve::router(client.clone(), options);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -113,6 +114,17 @@ async fn fill(client: &Client) -> rmq::CancellationToken {
                 d.release().await.unwrap();
             }
         }
+    }
+    // The keys `.` and `..`: a browser resolves them as dot segments in a
+    // path, so the page must name them otherwise.
+    let dots = client
+        .define_topic(TopicSpec::new("dots", TopicKind::Priority).slots(2))
+        .await
+        .unwrap();
+    for key in [".", ".."] {
+        dots.send(Message::new("dot").key(key).priority(1))
+            .await
+            .unwrap();
     }
     let payments = client
         .define_topic(TopicSpec::new("payments", TopicKind::Priority).slots(4))

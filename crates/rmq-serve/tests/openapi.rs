@@ -44,6 +44,7 @@ async fn the_server_keeps_every_promise_of_its_openapi_document() {
         scrape_cache: Duration::from_millis(0),
         sample_every: Duration::from_secs(1),
         allowed_hosts: Vec::new(),
+        ..Options::default()
     };
     let router = rmq_serve::router(client.clone(), options);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -59,7 +60,7 @@ async fn the_server_keeps_every_promise_of_its_openapi_document() {
         .unwrap();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
-    assert_eq!(paths.len(), 18, "{paths:?}");
+    assert_eq!(paths.len(), 20, "{paths:?}");
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
     assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
 

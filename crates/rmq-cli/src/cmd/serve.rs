@@ -5,14 +5,17 @@
 //! It binds loopback unless told otherwise. Actions (anything that changes
 //! state) need `--token-file F` (then `Authorization: Bearer <token>`), or
 //! `--allow-unauthenticated-actions` for a trusted network; `--read-only`
-//! refuses them all. SIGINT/SIGTERM stop it gracefully.
+//! refuses them all. SIGINT/SIGTERM stop it gracefully, within
+//! `--shutdown-grace`. Slow or silent clients are closed after
+//! `--header-timeout` / `--idle-timeout`, and at most `--max-connections`
+//! are served at once (see `rmq_serve::Limits`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use rmq_serve::{Access, Options};
+use rmq_serve::{Access, Limits, Options};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::output;
@@ -44,27 +47,47 @@ pub struct ServeArgs {
     /// DNS rebinding)
     #[arg(long = "allowed-host", value_name = "NAME")]
     pub allowed_hosts: Vec<String>,
+    /// How long a request's headers may take to arrive, in ms (also the
+    /// longest a kept-alive connection waits for its next request)
+    #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout: u64,
+    /// A connection on which no byte moves for this long is closed, in ms
+    #[arg(long, value_name = "MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout: u64,
+    /// Connections served at once; beyond it the longest-idle connection is
+    /// closed to make room, or the new one is refused (keep it well under
+    /// the process's descriptor limit, `ulimit -n`)
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
+    /// After SIGINT/SIGTERM, how long requests being answered may still
+    /// take before the server closes their connections and exits, in ms
+    #[arg(long, value_name = "MS", default_value_t = 5_000)]
+    pub shutdown_grace: u64,
+    /// Expensive readings (topic list, stats, slots, peeks, dead-letter
+    /// pages, serial groups) run at once; beyond it requests get 429 with
+    /// Retry-After. Requests for a reading under way share it
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub max_expensive_reads: u64,
 }
 
-fn access(a: &ServeArgs) -> CliResult<Access> {
+/// Who may act, and a warning to print once the server listens (the
+/// first line on stderr names the address).
+fn access(a: &ServeArgs) -> CliResult<(Access, Option<String>)> {
     if let Some(path) = &a.token_file {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            CliError::usage(format!(
-                "cannot read the token file {}: {e}",
-                path.display()
-            ))
+        let file = rmq_serve::read_token_file(path).map_err(|e| {
+            CliError::usage(format!("the token file {} is refused: {e}", path.display()))
         })?;
-        let token = text.lines().next().unwrap_or_default().trim().to_string();
-        if token.len() < 16 {
-            return Err(CliError::usage(format!(
-                "the token in {} is shorter than 16 characters: use a long random one",
+        let warning = file.world_readable.then(|| {
+            format!(
+                "warning: the token file {} is readable by every user of this machine \
+                 (chmod 600 it): anyone here could act through the server",
                 path.display()
-            )));
-        }
-        return Ok(Access::Token(token));
+            )
+        });
+        return Ok((Access::Token(file.token), warning));
     }
     if a.allow_unauthenticated_actions {
-        return Ok(Access::Unauthenticated);
+        return Ok((Access::Unauthenticated, None));
     }
     if !a.read_only {
         output::note(
@@ -72,11 +95,11 @@ fn access(a: &ServeArgs) -> CliResult<Access> {
              --allow-unauthenticated-actions on a trusted network",
         );
     }
-    Ok(Access::ReadOnly)
+    Ok((Access::ReadOnly, None))
 }
 
 pub async fn run(g: &Global, a: ServeArgs) -> CliResult {
-    let access = access(&a)?;
+    let (access, warning) = access(&a)?;
     let client = connect::client(g).await?;
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
@@ -93,11 +116,15 @@ pub async fn run(g: &Global, a: ServeArgs) -> CliResult {
         "serving the dashboard at http://{addr}/, the API under /api/v1 and metrics at \
          /metrics ({mode}); Ctrl-C stops"
     ));
+    if let Some(w) = warning {
+        output::note(&w);
+    }
     let options = Options {
         access,
         scrape_cache: Duration::from_millis(a.scrape_cache),
         sample_every: Duration::from_millis(a.sample_every),
         allowed_hosts: a.allowed_hosts,
+        max_expensive_reads: usize::try_from(a.max_expensive_reads).unwrap_or(usize::MAX),
     };
     let mut term = signal(SignalKind::terminate())
         .map_err(|e| CliError::runtime(format!("cannot listen for SIGTERM: {e}")))?;
@@ -109,7 +136,18 @@ pub async fn run(g: &Global, a: ServeArgs) -> CliResult {
             _ = int.recv() => {}
         }
     };
-    rmq_serve::serve(listener, rmq_serve::router(client, options), shutdown)
-        .await
-        .map_err(|e| CliError::runtime(format!("the server failed: {e}")))
+    let limits = Limits {
+        header_read_timeout: Duration::from_millis(a.header_timeout),
+        idle_timeout: Duration::from_millis(a.idle_timeout),
+        max_connections: usize::try_from(a.max_connections).unwrap_or(usize::MAX),
+        shutdown_grace: Duration::from_millis(a.shutdown_grace),
+    };
+    rmq_serve::serve_with(
+        listener,
+        rmq_serve::router(client, options),
+        shutdown,
+        limits,
+    )
+    .await
+    .map_err(|e| CliError::runtime(format!("the server failed: {e}")))
 }
