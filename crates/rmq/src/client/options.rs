@@ -252,7 +252,8 @@ const SECRET_PARAMS: [&str; 9] = [
 
 /// The text with every credential replaced by `***`: the user-info
 /// password of each URL (or the user-info itself when it is one word, a
-/// token), and the value of every secret parameter ([`SECRET_PARAMS`]).
+/// token), and the value of every secret parameter (`pass`, `password`,
+/// `passwd`, `pwd`, `token`, `auth`, `secret`, `sslpassword`, `access_token`).
 /// Several URLs separated by commas (a cluster's seeds) are each redacted.
 /// For every address a tool prints: Redis, PostgreSQL, AMQP, NATS, ZooKeeper.
 pub fn redact(url: &str) -> String {
