@@ -9,7 +9,6 @@
 //! whole pipeline, running the calls that had succeeded a second time);
 //! the cluster client serves the rest (reads, script loading, pub/sub).
 
-use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
@@ -18,15 +17,20 @@ mod layout;
 mod load;
 mod revive;
 mod routing;
+mod seeds;
 mod single;
 mod subscribers;
+mod wait;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::ScriptId;
 pub(crate) use cluster::retry_through_failover;
 use cluster::with_request_key;
 pub(crate) use layout::ClusterLayout;
+pub(crate) use seeds::ClusterSeeds;
 pub(crate) use single::Single;
+use wait::{acked_of, single_pipeline};
+pub(crate) use wait::{WaitFor, MAX_WAIT};
 
 /// A connection to a single node or to a cluster.
 #[derive(Clone)]
@@ -71,66 +75,6 @@ pub(crate) enum Target {
     Cluster(ClusterSeeds),
 }
 
-/// What a cluster client is built from.
-#[derive(Clone)]
-pub(crate) struct ClusterSeeds {
-    pub(crate) nodes: Vec<redis::ConnectionInfo>,
-    pub(crate) response_timeout: std::time::Duration,
-    /// TLS: a CA to trust and/or a client certificate (rediss:// seeds).
-    pub(crate) certs: Option<redis::TlsCertificates>,
-}
-
-impl ClusterSeeds {
-    /// A client for one node of the cluster, with the seeds' credentials
-    /// and TLS settings (CA and client certificate included).
-    pub(crate) fn client_for(&self, host: &str, port: u16) -> redis::RedisResult<redis::Client> {
-        let Some(template) = self.nodes.first() else {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "a cluster connection without seed nodes",
-            )));
-        };
-        let addr = match template.addr() {
-            redis::ConnectionAddr::TcpTls {
-                insecure,
-                tls_params,
-                ..
-            } => redis::ConnectionAddr::TcpTls {
-                host: host.to_string(),
-                port,
-                insecure: *insecure,
-                tls_params: tls_params.clone(),
-            },
-            _ => redis::ConnectionAddr::Tcp(host.to_string(), port),
-        };
-        let info = template.clone().set_addr(addr);
-        match &self.certs {
-            Some(certs) => redis::Client::build_with_tls(info, certs.clone()),
-            None => redis::Client::open(info),
-        }
-    }
-
-    /// A builder with rmq's settings. Redirects and a node that went away
-    /// are retried 20 times, waiting a random 20..500 ms (growing) between
-    /// tries: ~5 s in all, enough to ride out a failover with a node
-    /// timeout of a few seconds without parking callers for long (the
-    /// client's default waits grow to minutes).
-    pub(crate) fn builder(&self) -> redis::cluster::ClusterClientBuilder {
-        let builder = ClusterClient::builder(self.nodes.clone());
-        let builder = match &self.certs {
-            Some(c) => builder.certs(c.clone()),
-            None => builder,
-        };
-        builder
-            .connection_timeout(std::time::Duration::from_secs(2))
-            .response_timeout(self.response_timeout)
-            .retries(20)
-            .min_retry_wait(20)
-            .max_retry_wait(500)
-            .retry_wait_formula(10, 2)
-    }
-}
-
 /// The connection and the script runner.
 #[derive(Clone)]
 pub(crate) struct Redis {
@@ -170,47 +114,6 @@ pub(crate) struct Redis {
 /// How long a cluster call keeps trying through a failover by default:
 /// more than a node time-out of a few seconds plus the election.
 pub(crate) const DEFAULT_FAILOVER_WINDOW: std::time::Duration = std::time::Duration::from_secs(15);
-
-/// The longest WAIT timeout a durable send may ask for.
-pub(crate) const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// What to ask of replicas after writes (durable sends).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct WaitFor {
-    pub(crate) replicas: u32,
-    pub(crate) timeout_ms: u64,
-    /// `WAITAOF 1 replicas timeout` instead of `WAIT replicas timeout`.
-    pub(crate) aof: bool,
-}
-
-impl WaitFor {
-    fn push(&self, pipe: &mut Pipeline) {
-        if self.aof {
-            pipe.cmd("WAITAOF")
-                .arg(1)
-                .arg(self.replicas)
-                .arg(self.timeout_ms);
-        } else {
-            pipe.cmd("WAIT").arg(self.replicas).arg(self.timeout_ms);
-        }
-    }
-}
-
-/// Replicas that have the write, from a WAIT reply (a count) or a WAITAOF
-/// reply (local fsyncs, replica fsyncs: none count unless the local one
-/// happened).
-fn acked_of(reply: Option<redis::RedisResult<Value>>) -> u32 {
-    match reply {
-        Some(Ok(Value::Int(n))) => u32::try_from(n).unwrap_or(0),
-        Some(Ok(Value::Array(v))) => match v.as_slice() {
-            [Value::Int(local), Value::Int(replicas)] if *local >= 1 => {
-                u32::try_from(*replicas).unwrap_or(0)
-            }
-            _ => 0,
-        },
-        _ => 0,
-    }
-}
 
 impl Redis {
     pub(crate) fn new(target: Target, conn: Conn, response_timeout: std::time::Duration) -> Redis {
@@ -516,60 +419,4 @@ pub(crate) fn functions_missing() -> Error {
 
 fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
-}
-
-/// One pipeline: the calls, then one WAIT that covers all of them.
-async fn single_pipeline(
-    mut conn: Conn,
-    calls: &[(ScriptId, Cmd)],
-    pending: &[usize],
-    wait: Option<WaitFor>,
-) -> Result<Vec<(redis::RedisResult<Value>, Option<u32>)>> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    for &i in pending {
-        pipe.add_command(calls[i].1.clone());
-    }
-    if let Some(w) = wait {
-        w.push(&mut pipe);
-    }
-    let mut results: Vec<redis::RedisResult<Value>> = pipe.query_async(&mut conn).await?;
-    let acked = if wait.is_some() {
-        Some(acked_of(results.pop()))
-    } else {
-        None
-    };
-    Ok(results.into_iter().map(|r| (r, acked)).collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wait_and_waitaof_replies_count_replicas() {
-        assert_eq!(acked_of(Some(Ok(Value::Int(2)))), 2);
-        assert_eq!(
-            acked_of(Some(Ok(Value::Array(vec![Value::Int(1), Value::Int(1)])))),
-            1
-        );
-        // Not fsynced locally: nothing counts.
-        assert_eq!(
-            acked_of(Some(Ok(Value::Array(vec![Value::Int(0), Value::Int(1)])))),
-            0
-        );
-        assert_eq!(acked_of(None), 0);
-        let mut pipe = redis::pipe();
-        WaitFor {
-            replicas: 1,
-            timeout_ms: 50,
-            aof: true,
-        }
-        .push(&mut pipe);
-        let packed = String::from_utf8_lossy(&pipe.get_packed_pipeline()).into_owned();
-        assert!(
-            packed.contains("WAITAOF") && packed.contains("\r\n50\r\n"),
-            "{packed}"
-        );
-    }
 }
