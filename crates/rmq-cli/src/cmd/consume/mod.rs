@@ -32,7 +32,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Args;
 use futures::FutureExt;
 use rmq::{CancellationToken, Delivery, Settled};
 use serde::Serialize;
@@ -44,9 +43,14 @@ use crate::output::{self, Out};
 use crate::reaper::Reaper;
 use crate::{connect, CliError, CliResult, Global};
 
+mod args;
 mod exec;
+mod printed;
 mod source;
+use args::check_shares;
+pub use args::ConsumeArgs;
 use exec::handle_exec;
+use printed::handle_printed;
 
 /// Deliveries printed with one write at most.
 const PRINT_BATCH: usize = 1_000;
@@ -54,88 +58,6 @@ const PRINT_BATCH: usize = 1_000;
 /// How long to wait for a finished child's stderr to close (a background
 /// grandchild may hold it open).
 const STDERR_LINGER: Duration = Duration::from_millis(200);
-
-#[derive(Debug, Args)]
-pub struct ConsumeArgs {
-    /// Topic name, or several comma-separated: one pool over them, each
-    /// topic's share adapted to how its handler keeps up (see --no-adaptive)
-    pub topic: String,
-    /// Stop after N deliveries were ended
-    #[arg(long, value_name = "N")]
-    pub max: Option<u64>,
-    /// Stop after MS milliseconds with nothing received or running
-    #[arg(long, value_name = "MS")]
-    pub idle_exit: Option<u64>,
-    /// Messages handled at once
-    #[arg(long, value_name = "C", default_value_t = 1,
-          value_parser = clap::value_parser!(u16).range(1..))]
-    pub concurrency: u16,
-    /// Run `sh -c CMD` per message: payload on stdin; env RMQ_KEY, RMQ_ATTEMPT,
-    /// RMQ_TOPIC, RMQ_SLOT, RMQ_FENCE (serial); exit 0 acks, anything else retries
-    #[arg(long, value_name = "CMD")]
-    pub exec: Option<String>,
-    /// Nack every message (a drill for retries and dead letters)
-    #[arg(long, conflicts_with = "exec")]
-    pub fail: bool,
-    /// Serial mode: each slot is owned by one member of the group at a time
-    /// and its messages are handled one at a time (RMQ_FENCE has the lease epoch)
-    #[arg(long)]
-    pub serial: bool,
-    /// Serial mode: the consumer group
-    #[arg(long, value_name = "G", default_value = "default", requires = "serial")]
-    pub group: String,
-    /// Serial mode: a member silent this long is gone
-    #[arg(long, value_name = "MS", default_value_t = 6000, requires = "serial")]
-    pub member_timeout: u64,
-    /// Serial mode: how long a slot lease lasts unless renewed
-    #[arg(long, value_name = "MS", default_value_t = 6000, requires = "serial")]
-    pub slot_lease: u64,
-    /// Serial mode: where members meet: `redis` (a heartbeat next to the
-    /// topic), or ZooKeeper as `zk://HOST:PORT[,HOST:PORT...]/ROOT` (its
-    /// session timeout is --member-timeout); fencing stays in Redis
-    #[arg(long, value_name = "URL", default_value = "redis", requires = "serial")]
-    pub coordinator: String,
-    /// Serial mode with ZooKeeper: how long to keep trying to reach it at
-    /// start (a whole-cluster reboot starts it with the consumers) before
-    /// failing [default: --member-timeout]
-    #[arg(long, value_name = "MS", requires = "serial")]
-    pub coordinator_wait: Option<u64>,
-    /// Several topics: fixed shares instead of adaptive ones (the pool split
-    /// by --share-weight, each topic capped at its --share-max)
-    #[arg(long)]
-    pub no_adaptive: bool,
-    /// Several topics: a topic's weight when the pool is contended, as
-    /// TOPIC=N (repeatable) [default: 1]
-    #[arg(long, value_name = "TOPIC=N", value_parser = parse_share)]
-    pub share_weight: Vec<(String, usize)>,
-    /// Several topics: deliveries of a topic that may always run, as
-    /// TOPIC=N (repeatable) [default: 1]
-    #[arg(long, value_name = "TOPIC=N", value_parser = parse_share)]
-    pub share_min: Vec<(String, usize)>,
-    /// Several topics: deliveries of a topic that may run at most, as
-    /// TOPIC=N (repeatable) [default: the whole pool]
-    #[arg(long, value_name = "TOPIC=N", value_parser = parse_share)]
-    pub share_max: Vec<(String, usize)>,
-    /// Serve this process's metrics (deliveries, lateness, handler duration
-    /// and outcomes, ...) for Prometheus at http://ADDR/metrics
-    #[arg(long, value_name = "ADDR")]
-    pub metrics_listen: Option<std::net::SocketAddr>,
-    /// The message store under the topic (`rmq store`): report each ack and
-    /// dead letter to it (batched), so it knows what finished
-    #[arg(long, value_name = "URL", env = "RMQ_PG_URL", hide_env_values = true)]
-    pub store_pg: Option<String>,
-}
-
-/// `TOPIC=N`.
-fn parse_share(s: &str) -> Result<(String, usize), String> {
-    let (t, n) = s
-        .split_once('=')
-        .ok_or_else(|| format!("{s:?}: use TOPIC=N"))?;
-    let n = n
-        .parse()
-        .map_err(|_| format!("{s:?}: {n:?} is not a whole number"))?;
-    Ok((t.to_string(), n))
-}
 
 /// What every handler task needs.
 struct Ctx {
@@ -208,22 +130,6 @@ impl Report {
     fn ended(&self) -> u64 {
         self.acked + self.retried + self.dead + self.cancelled + self.failed
     }
-}
-
-/// A delivery as printed (borrowing the message: no copies per line).
-#[derive(Serialize)]
-struct DeliveryJson<'a> {
-    key: std::borrow::Cow<'a, str>,
-    payload: std::borrow::Cow<'a, str>,
-    slot: u32,
-    attempt: u32,
-    kind: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    priority: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    due_ms: Option<i64>,
-    /// When it was taken (Unix ms, server clock).
-    taken_ms: i64,
 }
 
 /// How an `--exec` delivery ended, as printed.
@@ -410,35 +316,6 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
     Ok(())
 }
 
-/// The share flags name topics of the pool, and only with several topics.
-fn check_shares(a: &ConsumeArgs, names: &[&str]) -> CliResult {
-    let named = a
-        .share_weight
-        .iter()
-        .chain(&a.share_min)
-        .chain(&a.share_max)
-        .map(|(t, _)| t.as_str());
-    let flags = a.no_adaptive || named.clone().next().is_some();
-    if names.len() < 2 && flags {
-        return Err(CliError::usage(
-            "--no-adaptive and --share-* apply to a pool over several topics (TOPIC1,TOPIC2,...)",
-        ));
-    }
-    for t in named {
-        if !names.contains(&t) {
-            return Err(CliError::usage(format!(
-                "--share-* names {t:?}, which is not one of the topics consumed ({})",
-                names.join(",")
-            )));
-        }
-    }
-    let mut seen = std::collections::HashSet::new();
-    if let Some(dup) = names.iter().find(|n| !seen.insert(**n)) {
-        return Err(CliError::usage(format!("topic {dup:?} is named twice")));
-    }
-    Ok(())
-}
-
 fn stop_now(cancel: &CancellationToken, kill: &CancellationToken) {
     if !cancel.is_cancelled() {
         tracing::info!("signal received: stopping");
@@ -482,74 +359,6 @@ async fn handle(ctx: Arc<Ctx>, d: Delivery, cmd: String) -> Ended {
     let secs = started.elapsed().as_secs_f64();
     rmq::observe::handled(&topic, ended.label(), secs);
     ended
-}
-
-/// Prints a batch of deliveries with one write and one flush, then ends
-/// each (ack, or nack with --fail): a line is always out before its ack,
-/// so a reader of stdout never misses an acked message. If stdout is
-/// closed, the batch is released untouched.
-async fn handle_printed(ctx: Arc<Ctx>, batch: Vec<Delivery>) -> Vec<Ended> {
-    if ctx.kill.is_cancelled() {
-        return futures::future::join_all(batch.into_iter().map(release)).await;
-    }
-    let started = Instant::now();
-    let mut text = Vec::with_capacity(batch.len() * 160);
-    let encoded = batch
-        .iter()
-        .try_for_each(|d| write_delivery(&mut text, ctx.out, d.message()));
-    let printed = print(&ctx, |_| encoded.and_then(|()| output::raw_bytes(&text)));
-    let topics: Vec<String> = batch.iter().map(|d| d.topic.clone()).collect();
-    let ends = if !printed {
-        futures::future::join_all(batch.into_iter().map(release)).await
-    } else if ctx.fail {
-        let nacks = batch
-            .into_iter()
-            .map(|d| nack(&ctx, d, "failed on purpose (rmq consume --fail)"));
-        futures::future::join_all(nacks).await
-    } else {
-        futures::future::join_all(batch.into_iter().map(|d| ack(&ctx, d))).await
-    };
-    let secs = started.elapsed().as_secs_f64();
-    for (topic, e) in topics.iter().zip(&ends) {
-        rmq::observe::handled(topic, e.label(), secs);
-    }
-    ends
-}
-
-/// Appends one delivery as `rmq consume` prints it, and a newline.
-fn write_delivery(buf: &mut Vec<u8>, out: Out, m: &rmq::Received) -> CliResult {
-    if out.json {
-        let line = DeliveryJson {
-            key: String::from_utf8_lossy(&m.key),
-            payload: String::from_utf8_lossy(&m.payload),
-            slot: m.slot,
-            attempt: m.attempt,
-            kind: m.kind.as_str(),
-            priority: m.priority,
-            due_ms: m.due_ms,
-            taken_ms: m.taken_ms,
-        };
-        serde_json::to_writer(&mut *buf, &line)
-            .map_err(|e| CliError::runtime(format!("cannot encode JSON: {e}")))?;
-    } else {
-        let order = match (m.priority, m.due_ms) {
-            (Some(p), _) => format!(", priority {p}"),
-            (None, Some(due)) => format!(", due {}", output::clock(due)),
-            (None, None) => String::new(),
-        };
-        buf.extend_from_slice(
-            format!(
-                "{} (slot {}, attempt {}{order}): {}",
-                output::cell(&m.key, 80),
-                m.slot,
-                m.attempt,
-                output::cell(&m.payload, 10_000)
-            )
-            .as_bytes(),
-        );
-    }
-    buf.push(b'\n');
-    Ok(())
 }
 
 async fn ack(ctx: &Ctx, d: Delivery) -> Ended {
