@@ -5,12 +5,15 @@
 //! [`Delivery::extend`] may come any number of times before. A delivery
 //! dropped without an end is nacked in the background (it counts as a
 //! failed attempt and is retried after the backoff), so a handler that
-//! panics cannot lose its message nor loop on it forever.
+//! panics cannot lose its message nor loop on it forever; in serial mode,
+//! one dropped after its slot lease was lost goes back at its place (the
+//! attempt counts, no backoff), so the entity's order holds at a handover.
 
-use std::future::Future;
 use std::ops::Deref;
-use std::pin::Pin;
 use std::time::Duration;
+
+mod hold;
+pub use hold::LeaseLost;
 
 use super::chain::Taker;
 use super::fetcher::Held;
@@ -19,19 +22,6 @@ use super::settler::{Answer, Live, Op, Settled, Settler};
 use crate::error::{Error, ErrorKind, Result};
 use crate::group::{Claim, Fence};
 use crate::message::Received;
-
-/// Serial mode: the slot's lease was lost while a handler ran (see
-/// [`Delivery::while_held`]); the message goes to the slot's new owner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseLost;
-
-impl std::fmt::Display for LeaseLost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the slot's lease was lost: another member owns it now")
-    }
-}
-
-impl std::error::Error for LeaseLost {}
 
 /// A message taken from a topic, in flight until it is ended.
 pub struct Delivery {
@@ -122,60 +112,6 @@ impl Delivery {
 
     fn fence(&self) -> Option<Fence> {
         self.fence.clone()
-    }
-
-    /// Serial mode: resolves when this consumer loses the slot's lease (the
-    /// handler should stop: its ack would be refused). Never resolves in
-    /// parallel mode.
-    pub async fn lease_lost(&self) {
-        match &self.claim {
-            Some(c) => c.lost().await,
-            None => std::future::pending().await,
-        }
-    }
-
-    /// Runs `work` while this delivery is held: with `extend`, the lease is
-    /// extended to `lease` from now every third of `lease`, *beside* the
-    /// work, so that a slow or unreachable Redis never delays noticing a
-    /// lost slot lease; in serial mode, the moment the slot's lease is lost
-    /// `work` is dropped and [`LeaseLost`] returned (its ack would be
-    /// refused, and another member may already be handling the message).
-    /// A failed extension is logged; the lease then runs out as usual.
-    pub async fn while_held<F: Future>(
-        &self,
-        work: F,
-        lease: Duration,
-        extend: bool,
-    ) -> std::result::Result<F::Output, LeaseLost> {
-        tokio::pin!(work);
-        let period = (lease / 3).max(Duration::from_millis(1));
-        // On the stack, not an interval's boxed timer: no allocation per
-        // message, and not in the timer wheel unless the work waits.
-        let tick = tokio::time::sleep(period);
-        tokio::pin!(tick);
-        let mut extending: Option<Pin<Box<dyn Future<Output = Result<()>> + Send + '_>>> = None;
-        loop {
-            tokio::select! {
-                biased;
-                () = self.lease_lost() => return Err(LeaseLost),
-                out = &mut work => return Ok(out),
-                () = &mut tick, if extend && extending.is_none() => {
-                    tick.as_mut().reset(tokio::time::Instant::now() + period);
-                    extending = Some(Box::pin(self.extend(lease)));
-                }
-                r = async {
-                    match extending.as_mut() {
-                        Some(f) => f.await,
-                        None => std::future::pending().await,
-                    }
-                }, if extending.is_some() => {
-                    extending = None;
-                    if let Err(e) = r {
-                        tracing::warn!(topic = %self.msg.topic, slot = self.msg.slot, "could not extend a lease: {e}");
-                    }
-                }
-            }
-        }
     }
 
     /// The message.
@@ -448,22 +384,6 @@ impl Delivery {
         let m = &self.msg;
         self.settler
             .settle_detached(m.slot, m.id.clone(), self.fence(), Op::Release);
-    }
-
-    /// Extends the lease: it now ends `by` from now (server clock).
-    pub async fn extend(&self, by: Duration) -> Result<()> {
-        let m = &self.msg;
-        let ms = u64::try_from(by.as_millis())
-            .unwrap_or(u64::MAX)
-            .clamp(1, crate::message::MAX_SPAN_MS);
-        self.settler
-            .settle(m.slot, m.id.clone(), self.fence(), Op::Extend { ms })
-            .await?;
-        if let Some(token) = &self.cap {
-            self.settler.extend_permit(token, ms).await?;
-        }
-        crate::observe::lease_extended(&m.topic);
-        Ok(())
     }
 }
 
