@@ -60,6 +60,16 @@ impl Guarded {
         c
     }
 
+    /// Starts a long-running `rmq` that prints to nowhere.
+    fn start_quiet(&self, args: &[&str]) -> Child {
+        self.spawn(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
     /// New password, every client cut off (their reconnects are refused),
     /// a while like that (`meanwhile` runs every 200 ms: it makes the
     /// process call Redis), then the old password again.
@@ -106,13 +116,7 @@ fn a_consumer_handles_what_is_sent_after_a_refused_reconnect() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let exec = format!("cat >> {}; echo >> {}", log.display(), log.display());
-    let consumer = g
-        .spawn(&["consume", "t", "--exec", &exec])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let consumer = g.start_quiet(&["consume", "t", "--exec", &exec]);
     let logged = || std::fs::read_to_string(&log).unwrap_or_default();
     g.rmq(&["send", "t", "before", "--delay", "0"], b"")
         .success();
@@ -214,13 +218,7 @@ fn a_forwarder_forwards_again_after_a_refused_reconnect() {
         .unwrap();
     });
     let to = format!("{}?subject=due.jobs", nats.url());
-    let forwarder = g
-        .spawn(&["forward", "t", "--to", &to])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let forwarder = g.start_quiet(&["forward", "t", "--to", &to]);
     let acked = || g.stats("t")["acked"].as_u64().unwrap_or(0);
     g.rmq(&["send", "t", "before", "--delay", "0"], b"")
         .success();
@@ -251,13 +249,7 @@ fn a_relay_moves_rows_again_after_a_refused_reconnect() {
     .success();
     g.rmq(&["store", "define", "t", "--pg", &url], b"")
         .success();
-    let relay = g
-        .spawn(&["store", "relay", "--pg", &url, "--poll-ms", "100"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let relay = g.start_quiet(&["store", "relay", "--pg", &url, "--poll-ms", "100"]);
     let sent = || g.stats("t")["sent"].as_u64().unwrap_or(0);
     let store_send = |payload: &str| {
         g.rmq(
