@@ -95,6 +95,9 @@ fn op_with_crashes() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Expired leases a take rolls back at most (take.lua's step 1).
+const ROLLBACKS_PER_TAKE: usize = 100;
+
 /// Crash runs: leases this long (long enough that no lease expires between
 /// ordinary steps even on a loaded machine), and a crash waits this long.
 const CRASH_LEASE: Duration = Duration::from_millis(1500);
@@ -209,8 +212,13 @@ impl Model {
     }
 
     fn take(&mut self, n: usize) -> Vec<(String, Rec)> {
-        // Expired leases are rolled back first, as failed attempts.
-        for key in std::mem::take(&mut self.abandoned) {
+        // Expired leases are rolled back first, as failed attempts: at
+        // most ROLLBACKS_PER_TAKE a call, the first to expire first (equal
+        // deadlines: in the order they were taken, the ids' order); the
+        // rest stay in flight until a later take.
+        let back = self.abandoned.len().min(ROLLBACKS_PER_TAKE);
+        let keys: Vec<String> = self.abandoned.drain(..back).collect();
+        for key in keys {
             self.nack(&key);
         }
         if self.paused {
