@@ -10,6 +10,8 @@
 //! reports still queued while PostgreSQL was down): those are delivered
 //! again.
 
+use std::collections::HashSet;
+
 use futures::{StreamExt, TryStreamExt};
 use rmq::State;
 
@@ -108,9 +110,18 @@ pub(crate) async fn topic(
             .buffered(LOOKUPS)
             .try_collect()
             .await?;
+        // Most lost rows go back in one statement; the rest (a newer send
+        // of the key, stored or queued) are settled one by one.
+        let absent: Vec<i64> = states
+            .iter()
+            .filter(|(_, s)| *s == State::Absent)
+            .map(|(id, _)| *id)
+            .collect();
+        let back = requeue_page(pg, &absent).await?;
         for (id, state) in states {
             done.checked += 1;
             match state {
+                State::Absent if back.contains(&id) => done.requeued += 1,
                 State::Absent => match requeue(pg, id, stored.spec().kind).await? {
                     Some(true) => done.requeued += 1,
                     Some(false) => done.merged += 1,
@@ -129,6 +140,37 @@ pub(crate) async fn topic(
                 _ => done.still_in_redis += 1,
             }
         }
+    }
+}
+
+/// Puts back to stored every row of `ids` that no other row of its key
+/// stands in the way of (one stored already, or a newer one queued), in
+/// one statement; returns those it put back. A send that stores one of
+/// the keys meanwhile fails the statement: then none is put back here,
+/// and each is settled on its own ([`requeue`]).
+async fn requeue_page(pg: &tokio_postgres::Client, ids: &[i64]) -> Result<HashSet<i64>> {
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let back = pg
+        .query(
+            "UPDATE rmq_messages m SET status = 'stored', updated_at = now()
+             WHERE m.id = ANY($1) AND m.status = 'queued' AND NOT EXISTS (
+                 SELECT 1 FROM rmq_messages s WHERE s.status = 'stored'
+                   AND s.topic = m.topic AND s.slot = m.slot AND s.merge_key = m.merge_key)
+               AND NOT EXISTS (
+                 SELECT 1 FROM rmq_messages n WHERE n.status = 'queued' AND n.id > m.id
+                   AND n.topic = m.topic AND n.slot = m.slot AND n.merge_key = m.merge_key)
+             RETURNING m.id",
+            &[&ids],
+        )
+        .await;
+    match back {
+        Ok(rows) => rows.iter().map(|r| Ok(r.try_get(0)?)).collect(),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+            Ok(HashSet::new())
+        }
+        Err(e) => Err(e.into()),
     }
 }
 

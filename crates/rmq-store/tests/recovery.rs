@@ -218,3 +218,117 @@ async fn a_recovery_that_a_dead_relay_began_is_finished_by_the_next_relay() {
         .get(0);
     assert!(!left, "the mark is cleared once recovered");
 }
+
+/// Queued rows of `topic` (sent to Redis, as the store believes), made in
+/// one statement: what a recovery has to look up one by one.
+async fn queued_rows(app: &tokio_postgres::Client, topic: &str, n: i64) {
+    app.execute(
+        "INSERT INTO rmq_messages (topic, slot, merge_key, payload, priority, load_ms, status, queued_ms)
+         SELECT $1, 0, convert_to('q' || i, 'UTF8'), '\\x00'::bytea, 1, 0, 'queued', rmq_now_ms()
+         FROM generate_series(1, $2::int8) AS i",
+        &[&topic, &n],
+    )
+    .await
+    .unwrap();
+    app.batch_execute("ANALYZE rmq_messages").await.unwrap();
+}
+
+async fn needs_recovery(app: &tokio_postgres::Client, topic: &str) -> bool {
+    app.query_one(
+        "SELECT needs_recovery FROM rmq_topics WHERE name = $1",
+        &[&topic],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_recovery_does_not_hold_back_the_other_topics() {
+    const LOST: i64 = 20_000;
+    let s = setup().await;
+    // "big" is in the store only, with many rows the store believes are in
+    // Redis: the relay defines it and recovers every row, one lookup each.
+    let big = TopicSpec::new("big", TopicKind::Priority).slots(1);
+    s.store.define_topic(&big).await.unwrap();
+    let app = s.app().await;
+    queued_rows(&app, "big", LOST).await;
+    let (small, small_topic) = s
+        .define(TopicSpec::new("small", TopicKind::Priority).slots(1))
+        .await;
+    small
+        .send_batch(&app, &[Message::new("now").key("now").priority(1)])
+        .await
+        .unwrap();
+    let relay = s.relay(fast("r")).await;
+    eventually(
+        Duration::from_secs(20),
+        "small's message in Redis",
+        || async { small_topic.get(b"now").await.unwrap().state == State::Pending },
+    )
+    .await;
+    assert!(
+        needs_recovery(&app, "big").await,
+        "small's message waited for big's recovery to end"
+    );
+    let t0 = std::time::Instant::now();
+    eventually(Duration::from_secs(120), "big recovered", || async {
+        !needs_recovery(&app, "big").await
+    })
+    .await;
+    eprintln!("recovered in {:?}", t0.elapsed());
+    let big_topic = s.client.topic("big").await.unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "big's rows back in Redis",
+        || async { big_topic.stats().await.unwrap().total.pending == LOST as u64 },
+    )
+    .await;
+    let report = relay.stop().await;
+    assert_eq!(report.recovered.requeued, LOST as u64, "{report:?}");
+    let c = s.store.counts("big").await.unwrap();
+    assert_eq!((c.stored, c.queued), (0, LOST as u64), "{c:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_stopped_mid_recovery_leaves_it_marked_for_the_next() {
+    const LOST: i64 = 50_000;
+    let s = setup().await;
+    let big = TopicSpec::new("big", TopicKind::Priority).slots(1);
+    s.store.define_topic(&big).await.unwrap();
+    let app = s.app().await;
+    queued_rows(&app, "big", LOST).await;
+    let relay = s.relay(fast("r")).await;
+    eventually(Duration::from_secs(20), "big defined again", || async {
+        s.client.topic("big").await.is_ok()
+    })
+    .await;
+    let started = std::time::Instant::now();
+    relay.stop().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "a stop waits for a recovery only briefly: {:?}",
+        started.elapsed()
+    );
+    if needs_recovery(&app, "big").await {
+        // Cut short: the next relay does it all (what the first requeued
+        // is stored, and moves; nothing is lost).
+        let relay = s.relay(fast("next")).await;
+        eventually(Duration::from_secs(120), "big recovered", || async {
+            !needs_recovery(&app, "big").await
+        })
+        .await;
+        relay.stop().await;
+    }
+    let relay = s.relay(fast("last")).await;
+    let big_topic = s.client.topic("big").await.unwrap();
+    eventually(
+        Duration::from_secs(60),
+        "every row back in Redis",
+        || async { big_topic.stats().await.unwrap().total.pending == LOST as u64 },
+    )
+    .await;
+    relay.stop().await;
+    let c = s.store.counts("big").await.unwrap();
+    assert_eq!((c.stored, c.queued), (0, LOST as u64), "{c:?}");
+}

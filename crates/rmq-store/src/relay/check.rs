@@ -11,7 +11,6 @@ use rmq::ErrorKind;
 
 use super::Relay;
 use crate::error::{Result, StoreError};
-use crate::recover;
 use crate::topics::{self, StoredTopic};
 
 impl Relay {
@@ -19,9 +18,11 @@ impl Relay {
     /// The need is written in the store (`rmq_topics.needs_recovery`)
     /// before the topic is defined again, so a recovery that fails, or
     /// whose relay dies, is done at a later check, by this relay or
-    /// another. A definition that cannot be read is reported (once per
+    /// another. A recovery runs beside the rounds ([`super::recovering`]):
+    /// the other topics' rows keep moving meanwhile. A definition that cannot be read is reported (once per
     /// change) and its topic left out: its rows stay stored.
     pub(super) async fn check_topics(&mut self) -> Result<()> {
+        self.collect_recoveries().await?;
         let mut seen = HashSet::new();
         for (name, read) in topics::load_all(&self.pg).await? {
             seen.insert(name.clone());
@@ -45,10 +46,12 @@ impl Relay {
                 }
             };
             let mut recover_it = stored.needs_recovery;
+            let mut vanished = false;
             let (stored, topic) = match self.redis.topic(&name).await {
                 Ok(t) => (self.follow(stored, &t).await?, t),
                 Err(e) if e.kind() == ErrorKind::UnknownTopic => {
                     recover_it = true;
+                    vanished = true;
                     // Said in the store first: a relay that dies before the
                     // recovery is done leaves it to the next one.
                     topics::needs_recovery(&self.pg, &name, true).await?;
@@ -59,18 +62,7 @@ impl Relay {
             };
             self.topics.insert(name.clone(), (stored.clone(), topic));
             if recover_it {
-                // A recovery that fails is tried again at the next check;
-                // meanwhile the other topics' rows keep moving.
-                match recover::topic(&self.pg, &self.redis, &stored).await {
-                    Ok(r) => {
-                        topics::needs_recovery(&self.pg, &name, false).await?;
-                        tracing::warn!(topic = %name, requeued = r.requeued, merged = r.merged,
-                            "topic vanished from Redis: defined again and recovered from the store");
-                        self.report.recovered.add(&r);
-                    }
-                    Err(e) => tracing::warn!(topic = %name, error = %e,
-                        "recovering a topic that vanished from Redis failed; trying again"),
-                }
+                self.recoveries.start(&name, &stored, vanished);
             }
         }
         self.topics.retain(|n, _| seen.contains(n));

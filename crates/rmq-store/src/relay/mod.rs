@@ -23,7 +23,8 @@
 //! look every `poll`, which is how far-future messages enter their window.
 //! Every `poll` the relay also reads the topics' definitions (`check`): a
 //! topic that vanished from Redis (FLUSHALL, a failover that lost it) is
-//! defined again from the store and recovered ([`crate::Store::recover`]);
+//! defined again from the store and recovered ([`crate::Store::recover`])
+//! beside the rounds, on a connection of its own (`recovering`);
 //! a topic Redis still has refreshes the store's copy when its settings
 //! changed (`rmq topic update`), so that a later recovery defines it as it
 //! was last; a definition that cannot be read is reported and its topic
@@ -32,6 +33,7 @@
 mod batch;
 mod check;
 mod listen;
+mod recovering;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -44,6 +46,7 @@ use crate::error::Result;
 use crate::recover::Recovered;
 use crate::store::connect;
 use crate::topics::StoredTopic;
+use recovering::{Finished, Recoveries};
 
 /// How a relay works.
 #[derive(Debug, Clone)]
@@ -102,8 +105,13 @@ pub struct Relay {
     /// Topics Redis defines with another kind or slot count than the store
     /// (reported once).
     diverged: HashSet<String>,
+    /// Recoveries of topics Redis lost, running beside the rounds.
+    recoveries: Recoveries,
     report: RelayReport,
 }
+
+/// How long a stopping relay waits for its running recoveries.
+const RECOVERY_STOP_WAIT: Duration = Duration::from_secs(5);
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -129,6 +137,11 @@ impl Relay {
         // rmq's failover window (15 s) between statements.
         pg.batch_execute("SET idle_in_transaction_session_timeout = '60s'")
             .await?;
+        let recoveries = Recoveries::new(
+            conninfo,
+            format!("{} (recovering)", app_name(&options.name)),
+            redis.clone(),
+        );
         Ok(Relay {
             conninfo: conninfo.to_string(),
             redis,
@@ -139,6 +152,7 @@ impl Relay {
             resting: HashMap::new(),
             unusable: HashMap::new(),
             diverged: HashSet::new(),
+            recoveries,
             report: RelayReport::default(),
         })
     }
@@ -195,7 +209,47 @@ impl Relay {
                 }
             }
         }
+        for done in self.recoveries.end(RECOVERY_STOP_WAIT).await {
+            if let Err(e) = self.recovered(done).await {
+                tracing::warn!(relay = %self.options.name, error = %e,
+                    "a finished recovery could not be recorded; its topic stays marked");
+            }
+        }
         self.report
+    }
+
+    /// Records the recoveries that finished since the last check.
+    async fn collect_recoveries(&mut self) -> Result<()> {
+        let mut first_error = None;
+        for done in self.recoveries.finished() {
+            if let Err(e) = self.recovered(done).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Counts a finished recovery and clears its topic's mark (kept when
+    /// it failed, or when Redis lost the topic again while it ran).
+    async fn recovered(&mut self, done: Finished) -> Result<()> {
+        let Finished {
+            topic,
+            lost_again,
+            outcome,
+        } = done;
+        match outcome {
+            Ok(r) => {
+                self.report.recovered.add(&r);
+                tracing::warn!(topic = %topic, requeued = r.requeued, merged = r.merged,
+                    "topic vanished from Redis: defined again and recovered from the store");
+                if !lost_again {
+                    crate::topics::needs_recovery(&self.pg, &topic, false).await?;
+                }
+            }
+            Err(e) => tracing::warn!(topic = %topic, error = %e,
+                "recovering a topic that vanished from Redis failed; trying again"),
+        }
+        Ok(())
     }
 
     async fn reconnect(&mut self) {
