@@ -15,6 +15,8 @@ use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use tokio::sync::Notify;
 
+use crate::slot_readings::SlotReadings;
+
 /// Samples kept per topic at most (an hour at one a second).
 const MAX_SAMPLES: u128 = 3_600;
 
@@ -105,13 +107,21 @@ impl History {
             .map(|(_, ring)| ring.iter().copied().collect())
     }
 
-    /// Reads every topic and records the readings.
-    async fn sample(&self, client: &rmq::Client) -> rmq::Result<()> {
+    /// Reads every topic and records the readings (a large topic's
+    /// reading is shared with the server's other readers, `readings`).
+    async fn sample(
+        &self,
+        client: &rmq::Client,
+        readings: &SlotReadings,
+        reuse: Duration,
+    ) -> rmq::Result<()> {
         let topics = client.open_topics().await?;
+        let names: Vec<String> = topics.iter().map(|t| t.spec().name.clone()).collect();
+        readings.keep_only(&names);
         let read = stream::iter(topics)
             .map(|topic| async move {
                 let spec = topic.spec();
-                let stats = topic.stats().await?;
+                let stats = readings.read(&topic, reuse).await?;
                 let t = stats.total;
                 let mut oldest_due_age_ms = 0;
                 if spec.kind.is_time_based() && t.due_now > 0 {
@@ -198,9 +208,14 @@ impl History {
     }
 
     /// Samples until the server stops (the task is dropped with it).
-    pub(crate) async fn run(self: Arc<Self>, client: rmq::Client) {
+    pub(crate) async fn run(
+        self: Arc<Self>,
+        client: rmq::Client,
+        readings: Arc<SlotReadings>,
+        reuse: Duration,
+    ) {
         loop {
-            if let Err(e) = self.sample(&client).await {
+            if let Err(e) = self.sample(&client, &readings, reuse).await {
                 tracing::warn!("sampling the topics failed: {e}");
                 self.lock().error = Some(e.to_string());
             }

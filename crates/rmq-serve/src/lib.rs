@@ -36,6 +36,7 @@ mod metrics;
 mod openapi;
 mod panels;
 mod reads;
+mod slot_readings;
 pub mod views;
 
 use std::sync::Arc;
@@ -65,6 +66,11 @@ pub struct Options {
     /// run at once; beyond it a request is answered 429 with
     /// `Retry-After`. Requests for a reading under way share it.
     pub max_expensive_reads: usize,
+    /// A topic of more than 1,024 slots is read at most once per this
+    /// long by all of the server's readers together (the sampler,
+    /// `/metrics`, the topic list, stats, slots): within it, they answer
+    /// from the last reading (its `server_ms` says when it was taken).
+    pub large_topic_reuse: Duration,
 }
 
 impl Default for Options {
@@ -75,6 +81,7 @@ impl Default for Options {
             sample_every: Duration::from_secs(10),
             allowed_hosts: Vec::new(),
             max_expensive_reads: 8,
+            large_topic_reuse: Duration::from_secs(5),
         }
     }
 }
@@ -89,6 +96,7 @@ pub(crate) struct AppState {
     pub(crate) scrape: metrics::Cache,
     pub(crate) reads: reads::Reads,
     pub(crate) history: Arc<history::History>,
+    pub(crate) slot_readings: Arc<slot_readings::SlotReadings>,
     /// Stops the sampler when the last handle on the state is gone.
     stop_sampler: rmq::CancellationToken,
 }
@@ -104,9 +112,15 @@ impl Drop for AppState {
 /// runtime).
 pub fn router(client: rmq::Client, options: Options) -> Router {
     let history = Arc::new(history::History::new(options.sample_every, HISTORY_SPAN));
+    let slot_readings = Arc::new(slot_readings::SlotReadings::default());
     let stop_sampler = rmq::CancellationToken::new();
     if let Ok(rt) = tokio::runtime::Handle::try_current() {
-        let (run, stop) = (history.clone().run(client.clone()), stop_sampler.clone());
+        let run = history.clone().run(
+            client.clone(),
+            slot_readings.clone(),
+            options.large_topic_reuse,
+        );
+        let stop = stop_sampler.clone();
         rt.spawn(async move {
             tokio::select! {
                 () = run => {}
@@ -120,6 +134,7 @@ pub fn router(client: rmq::Client, options: Options) -> Router {
         reads: reads::Reads::new(options.max_expensive_reads),
         options,
         history,
+        slot_readings,
         stop_sampler,
     });
     let guard = axum::middleware::from_fn_with_state(state.clone(), access::guard);

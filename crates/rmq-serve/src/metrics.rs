@@ -57,7 +57,7 @@ pub(crate) async fn scrape(State(st): State<Arc<AppState>>) -> ApiResult<impl In
                 Some(t) => t,
                 None => {
                     let started = Instant::now();
-                    let t = Arc::new(render(&st.client).await?);
+                    let t = Arc::new(render(&st).await?);
                     *st.scrape.last.lock().unwrap_or_else(|p| p.into_inner()) =
                         Some((started, t.clone()));
                     t
@@ -83,7 +83,8 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-async fn render(client: &rmq::Client) -> ApiResult<String> {
+async fn render(st: &AppState) -> ApiResult<String> {
+    let client = &st.client;
     let mut families: Vec<Family> = [
         ("rmq_messages", "gauge", "Messages of a topic by state."),
         ("rmq_topic_paused", "gauge", "1 when every slot of the topic is paused, else 0."),
@@ -114,7 +115,11 @@ async fn render(client: &rmq::Client) -> ApiResult<String> {
     for topic in client.open_topics().await? {
         let spec = topic.spec();
         // A topic deleted during the scrape is left out, not an error.
-        let stats = match topic.stats().await {
+        let stats = match st
+            .slot_readings
+            .read(&topic, st.options.large_topic_reuse)
+            .await
+        {
             Ok(r) => r,
             Err(e) if e.kind() == rmq::ErrorKind::UnknownTopic => continue,
             Err(e) => return Err(e.into()),

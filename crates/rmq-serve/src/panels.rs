@@ -117,7 +117,11 @@ async fn slots(State(st): St, Path(name): Path<String>) -> ApiResult<JsonBody> {
 }
 
 async fn slot_arrays(st: &AppState, name: &str) -> ApiResult<Value> {
-    let s = st.client.topic(name).await?.stats().await?;
+    let topic = st.client.topic(name).await?;
+    let s = st
+        .slot_readings
+        .read(&topic, st.options.large_topic_reuse)
+        .await?;
     let mut owners: Vec<&str> = Vec::new();
     let owner_of: Vec<i64> = s
         .leases

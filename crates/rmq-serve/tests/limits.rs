@@ -497,7 +497,13 @@ async fn an_unknown_api_route_is_named_with_its_prefix() {
 
 #[tokio::test]
 async fn concurrent_expensive_reads_of_a_many_slot_topic_share_one_reading() {
-    let s = Server::start(Limits::default(), options()).await;
+    // No reuse of a reading across requests: what is measured is the
+    // single flight of concurrent ones.
+    let options = Options {
+        large_topic_reuse: Duration::ZERO,
+        ..options()
+    };
+    let s = Server::start(Limits::default(), options).await;
     s.client
         .define_topic(TopicSpec::new("wide", TopicKind::Priority).slots(4096))
         .await
@@ -533,6 +539,119 @@ async fn concurrent_expensive_reads_of_a_many_slot_topic_share_one_reading() {
             "16 concurrent {path} made {sixteen} script calls; one reading makes {one}"
         );
     }
+}
+
+/// A topic of more than 1,024 slots is read once for all of the server's
+/// readers within `large_topic_reuse`: its slots, its stats, the topic
+/// list, the topic and `/metrics` share one reading (each made its own).
+/// An action on the topic (pause) is shown at once all the same.
+#[tokio::test]
+async fn a_large_topic_is_read_once_for_all_its_readers() {
+    const SLOTS: u32 = 4_096;
+    let s = Server::start(
+        Limits::default(),
+        Options {
+            large_topic_reuse: Duration::from_secs(600),
+            ..options()
+        },
+    )
+    .await;
+    s.client
+        .define_topic(TopicSpec::new("wide", TopicKind::Priority).slots(SLOTS))
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    tokio::time::sleep(Duration::from_millis(500)).await; // the sampler's first round
+    let before = script_calls(&s.redis_url).await;
+    s.client.topic("wide").await.unwrap().stats().await.unwrap();
+    let one = script_calls(&s.redis_url).await - before;
+    let before = script_calls(&s.redis_url).await;
+    for path in [
+        "/api/v1/topics/wide/slots",
+        "/api/v1/topics/wide/stats?slots=true",
+        "/api/v1/topics",
+        "/api/v1/topics/wide",
+        "/metrics",
+    ] {
+        let r = http.get(s.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+    }
+    let calls = script_calls(&s.redis_url).await - before;
+    assert!(
+        calls < 2 * one,
+        "five readers made {calls} script calls; one reading of the topic makes {one}"
+    );
+    let r = http
+        .post(s.url("/api/v1/topics/wide/pause"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: serde_json::Value = http
+        .get(s.url("/api/v1/topics/wide"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["paused"], true, "{v}");
+}
+
+/// `/stats?slots=true` answers a page of slots (at most 4,096; a
+/// 65,536-slot topic whole was one 14 MB body) and says where the next
+/// page begins.
+#[tokio::test]
+async fn per_slot_stats_come_by_the_page() {
+    // Each page read anew: the send below shows at once.
+    let options = Options {
+        large_topic_reuse: Duration::ZERO,
+        ..options()
+    };
+    let s = Server::start(Limits::default(), options).await;
+    s.client
+        .define_topic(TopicSpec::new("wide", TopicKind::Priority).slots(8_192))
+        .await
+        .unwrap();
+    s.client
+        .topic("wide")
+        .await
+        .unwrap()
+        .send(rmq::Message::new("p").key("k").priority(1))
+        .await
+        .unwrap();
+    let slot = rmq::slot_of(b"k", 8_192) as usize;
+    let http = reqwest::Client::new();
+    let page = |q: &str| {
+        let req = http.get(s.url(&format!("/api/v1/topics/wide/stats?slots=true{q}")));
+        async move {
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+            r.json::<serde_json::Value>().await.unwrap()
+        }
+    };
+    let first = page("").await;
+    assert_eq!(first["slots"].as_array().map(Vec::len), Some(4_096));
+    assert_eq!(first["slot_offset"], 0);
+    assert_eq!(first["next_slot_offset"], 4_096);
+    assert_eq!(first["total"]["pending"], 1);
+    let second = page("&slot_offset=4096").await;
+    assert_eq!(second["slots"].as_array().map(Vec::len), Some(4_096));
+    assert!(second.get("next_slot_offset").is_none(), "{second}");
+    let one = page(&format!("&slot_offset={slot}&slot_limit=1")).await;
+    assert_eq!(one["slots"][0]["pending"], 1, "{one}");
+    assert_eq!(one["next_slot_offset"], slot + 1);
+    let past = page("&slot_offset=99999").await;
+    assert_eq!(past["slots"].as_array().map(Vec::len), Some(0));
+    let totals: serde_json::Value = http
+        .get(s.url("/api/v1/topics/wide/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(totals.get("slots").is_none(), "{totals}");
 }
 
 #[tokio::test]

@@ -68,6 +68,12 @@ pub struct ServeArgs {
     /// Retry-After. Requests for a reading under way share it
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub max_expensive_reads: u64,
+    /// A topic of more than 1,024 slots is read at most once per this many
+    /// ms by all readers together (dashboard, /metrics, topic list, stats,
+    /// slots); within it they answer from the last reading (its server_ms
+    /// says when). 0 reads anew for each request
+    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    pub large_topic_reuse: u64,
 }
 
 /// Who may act, and a warning to print once the server listens (the
@@ -125,6 +131,7 @@ pub async fn run(g: &Global, a: ServeArgs) -> CliResult {
         sample_every: Duration::from_millis(a.sample_every),
         allowed_hosts: a.allowed_hosts,
         max_expensive_reads: usize::try_from(a.max_expensive_reads).unwrap_or(usize::MAX),
+        large_topic_reuse: Duration::from_millis(a.large_topic_reuse),
     };
     let mut term = signal(SignalKind::terminate())
         .map_err(|e| CliError::runtime(format!("cannot listen for SIGTERM: {e}")))?;

@@ -103,8 +103,10 @@ async fn topic(st: &AppState, name: &str) -> ApiResult<Topic> {
     Ok(st.client.topic(name).await?)
 }
 
-/// After an action that changes the topic list or a topic's state: the
-/// dashboard's overview reads anew at once.
-fn changed(st: &AppState) {
+/// After an action that changes the topic list or a topic's settings or
+/// state: the dashboard's overview reads anew at once, and the topic's
+/// shared reading (a large topic's) is not reused.
+fn changed(st: &AppState, topic: &str) {
+    st.slot_readings.forget(topic);
     st.history.poke();
 }

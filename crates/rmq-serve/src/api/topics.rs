@@ -4,8 +4,11 @@
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
-pub(crate) async fn topic_view(t: &Topic) -> ApiResult<Value> {
-    let stats = t.stats().await?;
+pub(crate) async fn topic_view(st: &AppState, t: &Topic) -> ApiResult<Value> {
+    let stats = st
+        .slot_readings
+        .read(t, st.options.large_topic_reuse)
+        .await?;
     let spec = t.spec();
     // A bounded topic: the messages counted against its bound now.
     let bound_held = match spec.max_pending {
@@ -39,7 +42,7 @@ pub(crate) async fn list_topics(State(st): St) -> ApiResult<JsonBody> {
         .run(flight(&("topics",)), || async {
             let mut out = Vec::new();
             for t in st.client.open_topics().await? {
-                out.push(topic_view(&t).await?);
+                out.push(topic_view(&st, &t).await?);
             }
             Ok(json!({ "topics": out }))
         })
@@ -63,7 +66,7 @@ pub(crate) async fn list_topics(State(st): St) -> ApiResult<JsonBody> {
 pub(crate) async fn show_topic(State(st): St, Path(name): Path<String>) -> ApiResult<JsonBody> {
     st.reads
         .run(flight(&("topic", &name)), || async {
-            topic_view(&topic(&st, &name).await?).await
+            topic_view(&st, &topic(&st, &name).await?).await
         })
         .await
 }
@@ -156,8 +159,8 @@ pub(crate) async fn create_topic(
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let spec = body(b)?.spec();
     let t = st.client.define_topic(spec).await?;
-    changed(&st);
-    Ok((StatusCode::CREATED, Json(topic_view(&t).await?)))
+    changed(&st, &t.spec().name);
+    Ok((StatusCode::CREATED, Json(topic_view(&st, &t).await?)))
 }
 
 /// The settings a PATCH may change (all optional).
@@ -235,7 +238,8 @@ pub(crate) async fn update_topic(
 ) -> ApiResult<Json<Value>> {
     let change = body(b)?;
     let t = st.client.update_topic(&name, |s| change.apply(s)).await?;
-    Ok(Json(topic_view(&t).await?))
+    changed(&st, &name);
+    Ok(Json(topic_view(&st, &t).await?))
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -268,7 +272,7 @@ pub(crate) async fn delete_topic(
     Query(q): Query<Force>,
 ) -> ApiResult<Json<Value>> {
     let d = st.client.delete_topic(&name, q.force).await?;
-    changed(&st);
+    changed(&st, &name);
     Ok(Json(
         json!({ "deleted": true, "messages": d.messages, "slots": d.slots }),
     ))
@@ -327,7 +331,7 @@ pub(crate) async fn set_paused(
     } else {
         t.resume().await?
     };
-    changed(&st);
+    changed(&st, &name);
     Ok(Json(json!({
         "paused": paused,
         "slots": r.slots,
@@ -337,27 +341,43 @@ pub(crate) async fn set_paused(
 }
 
 /// A topic's stats, serialized straight from the reading (no JSON tree
-/// of 65,536 slots in between).
+/// of 65,536 slots in between); per slot, one page of slots.
 #[derive(serde::Serialize)]
 struct StatsBody {
     total: rmq::Stats,
     server_ms: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     slots: Option<Vec<rmq::Stats>>,
+    /// The first slot of the page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slot_offset: Option<usize>,
+    /// Where the next page begins, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_slot_offset: Option<usize>,
 }
+
+/// The most slots in one page of `/stats?slots=true` (a 65,536-slot topic
+/// whole was one 14 MB answer).
+const MAX_SLOT_PAGE: usize = 4_096;
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct SlotsQuery {
+    /// Include one page of per-slot stats (index = slot, from `slot_offset`).
     #[serde(default)]
     slots: bool,
+    /// The first slot of the page (default 0).
+    slot_offset: Option<usize>,
+    /// Slots in the page (default and most 4,096); `next_slot_offset` in
+    /// the answer says where the next page begins.
+    slot_limit: Option<usize>,
 }
 
 #[utoipa::path(
     get,
     path = "/api/v1/topics/{topic}/stats",
     tag = "topics",
-    summary = "Depth per state and counters, in total and optionally per slot",
+    summary = "Depth per state and counters, in total and optionally per slot (by page of up to 4,096 slots)",
     params(("topic" = String, Path, description = "Topic name", example = "p"), SlotsQuery),
     responses(
         (status = 200, description = "Stats", body = Object),
@@ -372,13 +392,32 @@ pub(crate) async fn stats(
     Path(name): Path<String>,
     Query(q): Query<SlotsQuery>,
 ) -> ApiResult<JsonBody> {
+    let page = q.slots.then(|| {
+        let limit = q.slot_limit.unwrap_or(MAX_SLOT_PAGE).min(MAX_SLOT_PAGE);
+        (q.slot_offset.unwrap_or(0), limit)
+    });
     st.reads
-        .run(flight(&("stats", &name, q.slots)), || async {
-            let s = topic(&st, &name).await?.stats().await?;
+        .run(flight(&("stats", &name, page)), || async {
+            let t = topic(&st, &name).await?;
+            let s = st
+                .slot_readings
+                .read(&t, st.options.large_topic_reuse)
+                .await?;
+            let (slots, slot_offset, next_slot_offset) = match page {
+                None => (None, None, None),
+                Some((offset, limit)) => {
+                    let from = offset.min(s.slots.len());
+                    let to = from.saturating_add(limit).min(s.slots.len());
+                    let next = (to < s.slots.len()).then_some(to);
+                    (Some(s.slots[from..to].to_vec()), Some(from), next)
+                }
+            };
             Ok(StatsBody {
                 total: s.total,
                 server_ms: s.server_ms,
-                slots: q.slots.then_some(s.slots),
+                slots,
+                slot_offset,
+                next_slot_offset,
             })
         })
         .await
