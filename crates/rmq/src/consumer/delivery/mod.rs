@@ -377,6 +377,17 @@ impl Delivery {
         self.end(Op::Release).await.map(|_| ())
     }
 
+    /// Low-level serial-mode primitive, for tools and tests: ends the
+    /// delivery as a serial delivery dropped after its slot lease was lost
+    /// does (`Drop`, detached), but waits for the answer: back at once at
+    /// its place, ahead of the entity's later messages, the attempt
+    /// counted (dead after the last). Refused ([`ErrorKind::Fenced`]) once
+    /// another owner holds the slot: its message lease brings it back there.
+    #[doc(hidden)]
+    pub async fn give_back_lost(self) -> Result<Settled> {
+        self.end(lost()).await
+    }
+
     /// Gives the message back without waiting (used where nothing can be awaited).
     pub(crate) fn release_detached(mut self) {
         self.ended = true;
@@ -384,6 +395,14 @@ impl Delivery {
         let m = &self.msg;
         self.settler
             .settle_detached(m.slot, m.id.clone(), self.fence(), Op::Release);
+    }
+}
+
+/// A serial delivery given back after its slot lease was lost: back at
+/// its place, the attempt counted.
+fn lost() -> Op {
+    Op::Lost {
+        error: "slot lease lost while handling".into(),
     }
 }
 
@@ -414,11 +433,9 @@ impl Drop for Delivery {
             // place (if the lease is still ours in Redis; else the next
             // owner rolls it back there once its message lease ends): a
             // nack's backoff would let the entity's later messages go first.
-            let lost = self.claim.as_ref().is_some_and(|c| !c.is_current());
-            let op = if lost {
-                Op::Lost {
-                    error: "slot lease lost while handling".into(),
-                }
+            let lease_lost = self.claim.as_ref().is_some_and(|c| !c.is_current());
+            let op = if lease_lost {
+                lost()
             } else {
                 Op::Nack {
                     delay_ms: -1,

@@ -18,9 +18,9 @@ local function lease_check(owner, epoch, now)
   end
   local l = LEASE_READ
   local till = tonumber(l[3] or '0') or 0
-  local live = l[1] ~= false and l[1] ~= '' and till > now
-  local paused = l[4] ~= false
   local serial = l[1] ~= false and l[1] ~= ''
+  local live = serial and till > now
+  local paused = l[4] ~= false
   if owner == '' then
     return true, live, till, paused, serial
   end

@@ -47,10 +47,11 @@ local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner,
   -- cancelled): the caller gives a bounded topic's room back for them.
   -- In a serial slot the owner that took it is gone (frozen, crashed, cut
   -- off): the message goes back at its place, not after a backoff, so the
-  -- next owner handles it before the entity's later messages (I5).
+  -- next owner handles it before the entity's later messages (I5). (A
+  -- serial caller got past the fence, so its slot is serial too.)
   local ended = 0
   for i, id in ipairs(expired) do
-    if fail(kind, id, 'lease expired', -1, now, cfg, c, (jitter + i * 0.6180339887) % 1, serial or owner ~= '') ~= 'retry' then
+    if fail(kind, id, 'lease expired', -1, now, cfg, c, (jitter + i * 0.6180339887) % 1, serial) ~= 'retry' then
       ended = ended + 1
     end
   end
