@@ -94,13 +94,14 @@ async fn a_topic_is_created_listed_shown_updated_paused_and_deleted() {
         .act(
             reqwest::Method::PATCH,
             "/api/v1/topics/orders",
-            Some(json!({"max_attempts": 3})),
+            Some(json!({"max_attempts": 3, "handler_timeout_ms": 45000})),
         )
         .await;
     assert_eq!(
         (st, v["definition"]["max_attempts"].as_u64()),
         (StatusCode::OK, Some(3))
     );
+    assert_eq!(v["definition"]["handler_timeout_ms"], 45000, "{v}");
     let (st, v) = s.post("/api/v1/topics/orders/pause", json!({})).await;
     assert_eq!((st, v["paused"].as_bool()), (StatusCode::OK, Some(true)));
     let (_, v) = s.get("/api/v1/topics/orders").await;

@@ -55,6 +55,11 @@ async fn topic_definitions_are_checked_and_never_silently_changed() {
             TopicSpec::new("ok", TopicKind::Priority).lease(Duration::ZERO),
             ErrorKind::InvalidArgument,
         ),
+        (
+            TopicSpec::new("ok", TopicKind::Priority)
+                .handler_timeout(Duration::from_secs(8 * 86_400)),
+            ErrorKind::InvalidArgument,
+        ),
     ] {
         assert_eq!(client.define_topic(spec).await.unwrap_err().kind(), kind);
     }

@@ -188,3 +188,105 @@ async fn a_parallel_consumer_sleeps_while_a_serial_owner_leases_the_slot() {
     d.ack().await.unwrap();
     stop.cancel();
 }
+
+/// Sets its flag when dropped: the handler's future was dropped.
+struct DropFlag(Arc<AtomicUsize>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Runs `topic`'s consumer (as `configure` makes it) until `done` holds
+/// for the topic's totals; every first attempt hangs (its future holds a
+/// drop flag), later ones ack. Returns the report and the flags dropped.
+async fn hang_first_attempts(
+    topic: &rmq::Topic,
+    configure: impl FnOnce(rmq::ConsumerBuilder) -> rmq::ConsumerBuilder,
+    done: fn(&rmq::Stats) -> bool,
+) -> (rmq::RunReport, usize) {
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let stop = CancellationToken::new();
+    let (t, st) = (topic.clone(), stop.clone());
+    let watcher = tokio::spawn(async move {
+        while !done(&t.stats().await.unwrap().total) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        st.cancel();
+    });
+    let d = dropped.clone();
+    let report = configure(topic.consumer())
+        .run(stop, move |m| {
+            let flag = DropFlag(d.clone());
+            async move {
+                if m.attempt == 1 {
+                    let _held = flag;
+                    std::future::pending::<()>().await;
+                }
+                Outcome::Ack
+            }
+        })
+        .await
+        .unwrap();
+    watcher.await.unwrap();
+    (report, dropped.load(Ordering::SeqCst))
+}
+
+#[tokio::test]
+async fn a_handler_past_the_topics_timeout_is_dropped_and_its_message_retried() {
+    let (_s, _c, topic) = setup_with(
+        TopicSpec::new("t", TopicKind::Priority)
+            .slots(1)
+            .max_attempts(1)
+            .handler_timeout(Duration::from_millis(300)),
+    )
+    .await;
+    topic.send(Message::new("hangs").key("h")).await.unwrap();
+    let (report, dropped) = hang_first_attempts(&topic, |c| c, |s| s.dead == 1).await;
+    assert_eq!(report.dead, 1, "{report:?}");
+    assert!(dropped >= 1, "the hung handler's future was dropped");
+    let dead = topic.dead_letters(10).await.unwrap();
+    assert_eq!(dead[0].error, "timed out after 300ms");
+}
+
+#[tokio::test]
+async fn a_consumers_own_timeout_comes_before_the_topics() {
+    // The topic has none: the consumer's own limit retries the hung one.
+    let (_s, client, topic) = setup_with(
+        TopicSpec::new("t", TopicKind::Priority)
+            .slots(1)
+            .backoff(Duration::from_millis(10), Duration::from_millis(10)),
+    )
+    .await;
+    topic.send(Message::new("hangs once")).await.unwrap();
+    let (report, _) = hang_first_attempts(
+        &topic,
+        |c| c.handler_timeout(Duration::from_millis(300)),
+        |s| s.acked == 1,
+    )
+    .await;
+    assert_eq!((report.retried, report.acked), (1, 1), "{report:?}");
+    // The topic has one; the consumer turns it off: a slow handler finishes.
+    let topic = client
+        .update_topic("t", |s| s.handler_timeout(Duration::from_millis(100)))
+        .await
+        .unwrap();
+    topic.send(Message::new("slow")).await.unwrap();
+    let stop = CancellationToken::new();
+    let st = stop.clone();
+    let report = topic
+        .consumer()
+        .handler_timeout(Duration::ZERO)
+        .run(stop, move |_| {
+            let st = st.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                st.cancel();
+                Outcome::Ack
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!((report.acked, report.retried), (1, 0), "{report:?}");
+}

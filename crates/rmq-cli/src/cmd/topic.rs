@@ -155,6 +155,12 @@ pub struct Settings {
     /// later); merges always succeed; 0 removes it [default: none]
     #[arg(long, value_name = "N")]
     pub max_pending: Option<u64>,
+    /// How long a handler (`rmq consume --exec`, a library consumer's
+    /// `run`) may run on one delivery, in ms: past it the handler is
+    /// stopped and the message retried ("timed out after ..."); a
+    /// consumer's own --timeout comes first; 0 removes it [default: none]
+    #[arg(long, value_name = "MS")]
+    pub handler_timeout: Option<u64>,
 }
 
 /// `500`, `500/s`, `30000/min`: deliveries a second.
@@ -209,6 +215,9 @@ impl Settings {
         if let Some(n) = self.max_pending {
             spec = spec.max_pending(n);
         }
+        if let Some(v) = self.handler_timeout {
+            spec = spec.handler_timeout(ms(v));
+        }
         spec
     }
 
@@ -224,6 +233,7 @@ impl Settings {
             || self.rate.is_some()
             || self.max_in_flight.is_some()
             || self.max_pending.is_some()
+            || self.handler_timeout.is_some()
     }
 }
 
@@ -562,6 +572,13 @@ async fn show(g: &Global, out: Out, name: &str) -> CliResult {
                 Some((held, bound)) => format!(
                     "{bound} messages waiting or in flight ({held} counted now); new sends beyond it are refused"
                 ),
+            },
+        ),
+        (
+            "handler timeout",
+            match s.handler_timeout_ms {
+                0 => "none".into(),
+                ms => format!("{ms} ms (then the handler is stopped and its message retried)"),
             },
         ),
         (

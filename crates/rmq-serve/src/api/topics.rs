@@ -110,6 +110,8 @@ pub(crate) struct CreateBody {
     rate_burst: Option<u32>,
     max_in_flight: Option<u32>,
     max_pending: Option<u64>,
+    /// How long a handler may run on one delivery (ms; 0: no limit).
+    handler_timeout_ms: Option<u64>,
 }
 
 impl CreateBody {
@@ -131,6 +133,7 @@ impl CreateBody {
             rate_burst: self.rate_burst,
             max_in_flight: self.max_in_flight,
             max_pending: self.max_pending,
+            handler_timeout_ms: self.handler_timeout_ms,
         }
         .apply(spec)
     }
@@ -184,6 +187,9 @@ pub(crate) struct Settings {
     /// Messages the topic may hold at once, waiting or in flight (0: not
     /// bounded); a send beyond it is refused with kind Full (503).
     max_pending: Option<u64>,
+    /// How long a handler may run on one delivery (ms; 0: no limit):
+    /// past it the handler is stopped and the message retried.
+    handler_timeout_ms: Option<u64>,
 }
 
 impl Settings {
@@ -208,6 +214,7 @@ impl Settings {
             },
             max_in_flight: self.max_in_flight.unwrap_or(s.max_in_flight),
             max_pending: self.max_pending.unwrap_or(s.max_pending),
+            handler_timeout_ms: self.handler_timeout_ms.unwrap_or(s.handler_timeout_ms),
             ..s
         }
     }

@@ -67,6 +67,8 @@ pub struct ConsumerBuilder {
     batch: usize,
     rescan: Duration,
     auto_extend: bool,
+    /// `run`: how long a handler may run (None: the topic's setting).
+    handler_timeout: Option<Duration>,
     grace: Duration,
     serial: Option<SerialConfig>,
     coordinator: Option<Arc<dyn Coordinator>>,
@@ -92,6 +94,7 @@ impl Topic {
             batch: 64,
             rescan: Duration::from_secs(5),
             auto_extend: true,
+            handler_timeout: None,
             grace: Duration::from_secs(30),
             serial: None,
             coordinator: None,
@@ -128,6 +131,16 @@ impl ConsumerBuilder {
     /// `run`: extend the lease of a handler that runs long (default on).
     pub fn auto_extend(mut self, on: bool) -> Self {
         self.auto_extend = on;
+        self
+    }
+    /// `run`: how long a handler may run on one delivery before its future
+    /// is dropped and the message retried with the error `timed out after
+    /// …` (default: the topic's [`handler_timeout_ms`](crate::TopicSpec::handler_timeout_ms),
+    /// none when that is 0; `Duration::ZERO` here turns it off for this
+    /// consumer). A hung handler would otherwise hold its message forever,
+    /// its lease extended while it runs.
+    pub fn handler_timeout(mut self, limit: Duration) -> Self {
+        self.handler_timeout = Some(limit);
         self
     }
     /// Whether a delivery that ends (ack, nack, dead letter) takes its

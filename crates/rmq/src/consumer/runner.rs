@@ -99,6 +99,7 @@ impl ConsumerBuilder {
             topic: self.topic.clone(),
             handler,
             auto_extend: self.auto_extend,
+            handler_timeout: self.handler_timeout,
             cancel: cancel.clone(),
             hard_stop: CancellationToken::new(),
             tally: Tally::default(),
@@ -146,6 +147,8 @@ struct Worker<H> {
     topic: crate::topic::Topic,
     handler: H,
     auto_extend: bool,
+    /// The consumer's own handler timeout (None: the topic's).
+    handler_timeout: Option<Duration>,
     cancel: CancellationToken,
     /// Fired when the grace period is over: running handlers stop.
     hard_stop: CancellationToken,
@@ -188,7 +191,11 @@ where
     /// Runs the handler on `d` and ends it by the outcome; returns how it
     /// ended and what its end took.
     async fn handle(&self, mut d: Delivery, lease: Duration) -> (Ended, Option<Delivery>) {
-        let work = (self.handler)(d.hand_to_handler());
+        // The topic's timeout as it is now (an update changes it).
+        let limit = self
+            .handler_timeout
+            .unwrap_or_else(|| Duration::from_millis(self.topic.spec().handler_timeout_ms));
+        let work = timed((self.handler)(d.hand_to_handler()), limit);
         let outcome = tokio::select! {
             r = d.while_held(work, lease, self.auto_extend) => match r {
                 Ok(o) => o,
@@ -227,6 +234,33 @@ where
         });
         (ended, next)
     }
+}
+
+/// The handler's work, limited to `limit` (none when zero): past it the
+/// work is dropped and the outcome is a retry, `timed out after …`.
+async fn timed<F>(work: F, limit: Duration) -> Outcome
+where
+    F: Future<Output = Outcome>,
+{
+    if limit.is_zero() {
+        return work.await;
+    }
+    match tokio::time::timeout(limit, work).await {
+        Ok(outcome) => outcome,
+        Err(_) => {
+            tracing::warn!(
+                timeout_ms = limit.as_millis() as u64,
+                "handler timed out: its message is retried"
+            );
+            Outcome::retry(timed_out(limit))
+        }
+    }
+}
+
+/// The error of a delivery whose handler ran past `limit` ("timed out
+/// after 2s", "timed out after 1.5s").
+fn timed_out(limit: Duration) -> String {
+    format!("timed out after {limit:?}")
 }
 
 /// Counts of what the handler tasks did, kept as they go (a task that

@@ -132,6 +132,15 @@ pub struct TopicSpec {
     /// holds always succeeds. Dead letters do not count.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub max_pending: u64,
+    /// How long a handler may run on one delivery (ms; 0 = no limit): past
+    /// it, [`ConsumerBuilder::run`](crate::ConsumerBuilder::run) drops the
+    /// handler's future (`rmq consume --exec` kills the handler's process
+    /// group) and retries the message with the error `timed out after …`.
+    /// A consumer's own setting
+    /// ([`ConsumerBuilder::handler_timeout`](crate::ConsumerBuilder::handler_timeout))
+    /// comes first. Deliveries taken by hand are not timed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub handler_timeout_ms: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -147,6 +156,9 @@ pub const MAX_IN_FLIGHT: u32 = 1_000_000;
 
 /// The highest bound a topic may have (`max_pending`).
 pub const MAX_PENDING: u64 = 1_000_000_000_000;
+
+/// The longest handler timeout a topic or consumer may set (7 days).
+const MAX_HANDLER_TIMEOUT_MS: u64 = 7 * 86_400_000;
 
 /// The highest rate limit and burst a topic may have.
 pub const MAX_RATE: u32 = 10_000_000;
@@ -174,6 +186,7 @@ impl TopicSpec {
             rate_burst: 0,
             max_in_flight: 0,
             max_pending: 0,
+            handler_timeout_ms: 0,
         }
     }
 
@@ -252,6 +265,13 @@ impl TopicSpec {
         self
     }
 
+    /// Limits how long a handler may run on one delivery (zero: no
+    /// limit); see [`TopicSpec::handler_timeout_ms`].
+    pub fn handler_timeout(mut self, limit: Duration) -> Self {
+        self.handler_timeout_ms = duration_ms(limit);
+        self
+    }
+
     /// Checks every field; the error says which and what is allowed.
     pub fn validate(&self) -> Result<()> {
         validate_topic_name(&self.name)?;
@@ -306,6 +326,10 @@ impl TopicSpec {
         check(
             self.max_pending <= MAX_PENDING,
             "the bound (max pending) must be at most 1000000000000",
+        )?;
+        check(
+            self.handler_timeout_ms <= MAX_HANDLER_TIMEOUT_MS,
+            "the handler timeout must be at most 7 days",
         )?;
         Ok(())
     }

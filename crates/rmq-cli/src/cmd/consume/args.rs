@@ -21,9 +21,20 @@ pub struct ConsumeArgs {
           value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
     /// Run `sh -c CMD` per message: payload on stdin; env RMQ_KEY, RMQ_ATTEMPT,
-    /// RMQ_TOPIC, RMQ_SLOT, RMQ_FENCE (serial); exit 0 acks, anything else retries
+    /// RMQ_TOPIC, RMQ_SLOT, RMQ_FENCE (serial), RMQ_PRIORITY or RMQ_DUE_MS.
+    /// Exit 0 acks; 65 (EX_DATAERR) sends the message to the dead letters at
+    /// once; 75 (EX_TEMPFAIL) or any other status retries it, after the
+    /// topic's backoff or after N ms if the last line on stdout is
+    /// {"retry_after_ms": N}. The error kept with the message is the status
+    /// and the last 4 KiB of stderr
     #[arg(long, value_name = "CMD")]
     pub exec: Option<String>,
+    /// --exec: kill a handler still running after MS milliseconds (its whole
+    /// process group) and retry its message ("timed out after ...")
+    /// [default: the topic's --handler-timeout, else none]
+    #[arg(long, value_name = "MS", requires = "exec",
+          value_parser = clap::value_parser!(u64).range(1..=604_800_000))]
+    pub timeout: Option<u64>,
     /// Nack every message (a drill for retries and dead letters)
     #[arg(long, conflicts_with = "exec")]
     pub fail: bool,

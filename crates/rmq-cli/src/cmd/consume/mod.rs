@@ -62,8 +62,10 @@ const STDERR_LINGER: Duration = Duration::from_millis(200);
 /// What every handler task needs.
 struct Ctx {
     out: Out,
-    /// Each topic's lease, by name.
-    leases: std::collections::HashMap<String, Duration>,
+    /// The topics consumed, by name (their settings as they are now).
+    topics: std::collections::HashMap<String, rmq::Topic>,
+    /// `--timeout`: how long a handler may run (else its topic's).
+    handler_timeout: Option<Duration>,
     exec: Option<String>,
     /// Kills the handlers' process groups if this process dies (`--exec`).
     reaper: Option<Reaper>,
@@ -80,10 +82,18 @@ struct Ctx {
 impl Ctx {
     /// The lease of a topic's deliveries (30 s for a topic not known).
     fn lease_of(&self, topic: &str) -> Duration {
-        self.leases
-            .get(topic)
-            .copied()
-            .unwrap_or(Duration::from_secs(30))
+        self.topics.get(topic).map_or(Duration::from_secs(30), |t| {
+            Duration::from_millis(t.spec().lease_ms)
+        })
+    }
+
+    /// How long a handler of `topic` may run: `--timeout`, else the
+    /// topic's handler timeout; None: no limit.
+    fn handler_timeout_of(&self, topic: &str) -> Option<Duration> {
+        self.handler_timeout.or_else(|| {
+            let ms = self.topics.get(topic)?.spec().handler_timeout_ms;
+            (ms > 0).then(|| Duration::from_millis(ms))
+        })
     }
 }
 
@@ -176,15 +186,11 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
     let cancel = CancellationToken::new();
     let ctx = Arc::new(Ctx {
         out,
-        leases: topics
+        topics: topics
             .iter()
-            .map(|t| {
-                (
-                    t.name().to_string(),
-                    Duration::from_millis(t.spec().lease_ms),
-                )
-            })
+            .map(|t| (t.name().to_string(), t.clone()))
             .collect(),
+        handler_timeout: a.timeout.map(Duration::from_millis),
         exec: a.exec.clone(),
         reaper: a.exec.as_ref().map(|_| Reaper::start()),
         fail: a.fail,
@@ -377,9 +383,16 @@ async fn ack(ctx: &Ctx, d: Delivery) -> Ended {
     }
 }
 
+/// A failure: retried after the topic's backoff.
 async fn nack(ctx: &Ctx, d: Delivery, error: &str) -> Ended {
+    retry(ctx, d, None, error).await
+}
+
+/// A failure: retried after `after` (None: the topic's backoff), or a
+/// dead letter after the last attempt.
+async fn retry(ctx: &Ctx, d: Delivery, after: Option<Duration>, error: &str) -> Ended {
     let m = ctx.finisher.as_ref().map(|_| d.message().clone());
-    match d.nack(None, error).await {
+    match d.nack(after, error).await {
         Ok(Settled::Dead) => {
             if let (Some(f), Some(m)) = (&ctx.finisher, m) {
                 f.dead(&m, error);
@@ -395,6 +408,29 @@ async fn nack(ctx: &Ctx, d: Delivery, error: &str) -> Ended {
         Ok(_) => Ended::Retried,
         Err(e) => {
             output::warn_line(&format!("could not nack a message: {e}"));
+            Ended::Failed
+        }
+    }
+}
+
+/// A failure for good: straight to the dead letters.
+async fn dead(ctx: &Ctx, d: Delivery, error: &str) -> Ended {
+    let m = ctx.finisher.as_ref().map(|_| d.message().clone());
+    match d.dead(error).await {
+        Ok(Settled::Cancelled) => {
+            if let (Some(f), Some(m)) = (&ctx.finisher, m) {
+                f.cancelled(&m);
+            }
+            Ended::Cancelled
+        }
+        Ok(_) => {
+            if let (Some(f), Some(m)) = (&ctx.finisher, m) {
+                f.dead(&m, error);
+            }
+            Ended::Dead
+        }
+        Err(e) => {
+            output::warn_line(&format!("could not dead-letter a message: {e}"));
             Ended::Failed
         }
     }

@@ -1,16 +1,26 @@
 //! `--exec`: each delivery runs `sh -c CMD` in its own process group, the
 //! payload on its stdin and the message's fields in `RMQ_*` variables; its
-//! exit status ends the delivery (see the parent module for signals).
+//! exit ends the delivery by `verdict`'s protocol (0 acks, 65 dead-letters,
+//! anything else retries, after a delay the handler may ask for on its last
+//! stdout line), with the end of its stderr as the error (`streams`). A
+//! handler that runs past its timeout (`--timeout`, else the topic's
+//! handler timeout) is killed with its process group and its message
+//! retried. See the parent module for signals.
+
+mod streams;
+mod verdict;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::process::Stdio;
 
 use rmq::{Delivery, LeaseLost};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 
-use super::{ack, forget, nack, release, report_outcome, Ctx, Ended, STDERR_LINGER};
+use super::{ack, dead, forget, nack, release, report_outcome, retry, Ctx, Ended, STDERR_LINGER};
 use crate::{output, reaper};
+use streams::Sink;
+use verdict::Verdict;
 
 /// An environment value from bytes (NUL bytes, which no environment can
 /// hold, are dropped).
@@ -34,6 +44,7 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
             m.fence.map(|f| f.to_string()).unwrap_or_default(),
         )
         .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
@@ -42,10 +53,6 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
     }
     if let Some(due) = m.due_ms {
         command.env("RMQ_DUE_MS", due.to_string());
-    }
-    if ctx.out.json {
-        // Keep stdout for rmq's JSON lines.
-        command.stdout(Stdio::from(std::io::stderr()));
     }
     let mut child = match command.spawn() {
         Ok(c) => c,
@@ -68,7 +75,27 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
             let _ = stdin.write_all(&payload).await;
         });
     }
-    let stderr_task = child.stderr.take().map(|s| tokio::spawn(forward_stderr(s)));
+    // Keep stdout for rmq's JSON lines.
+    let sink = if ctx.out.json {
+        Sink::Stderr
+    } else {
+        Sink::Stdout
+    };
+    let stdout_task = child
+        .stdout
+        .take()
+        .map(|s| tokio::spawn(streams::copy_keeping_last_line(s, sink)));
+    let stderr_task = child
+        .stderr
+        .take()
+        .map(|s| tokio::spawn(streams::copy_keeping_tail(s)));
+    let limit = ctx.handler_timeout_of(&m.topic);
+    let timed_out = async {
+        match limit {
+            Some(limit) => tokio::time::sleep(limit).await,
+            None => std::future::pending().await,
+        }
+    };
 
     let status = tokio::select! {
         r = d.while_held(child.wait(), ctx.lease_of(&m.topic), true) => match r {
@@ -86,33 +113,36 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
             report_outcome(ctx, &m, &ended, None);
             return ended;
         }
-    };
-    forget(ctx, pid).await;
-    let first_line = match stderr_task {
-        Some(t) => match tokio::time::timeout(STDERR_LINGER, t).await {
-            Ok(Ok(line)) => line,
-            _ => None,
-        },
-        None => None,
-    };
-    let ended = match status {
-        Ok(s) if s.success() => ack(ctx, d).await,
-        Ok(s) => {
-            let what = match s.code() {
-                Some(c) => format!("exit status {c}"),
-                None => {
-                    use std::os::unix::process::ExitStatusExt;
-                    format!("killed by signal {}", s.signal().unwrap_or(0))
-                }
-            };
-            let error = match &first_line {
-                Some(l) => format!("{what}: {l}"),
-                None => what,
-            };
+        () = timed_out => {
+            stop_child(ctx, &mut child, pid, stderr_task).await;
+            let error = format!("timed out after {:?}", limit.unwrap_or_default());
+            output::warn_line(&format!("handler {error}: killed, its message is retried"));
             let ended = nack(ctx, d, &error).await;
             report_outcome(ctx, &m, &ended, Some(&error));
             return ended;
         }
+    };
+    forget(ctx, pid).await;
+    // What the handler wrote, once its streams close (a process it left
+    // behind may hold them open: not waited for past the linger).
+    let last_line = match stdout_task {
+        Some(t) => tokio::time::timeout(STDERR_LINGER, t)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten(),
+        None => None,
+    };
+    let stderr_tail = match stderr_task {
+        Some(t) => tokio::time::timeout(STDERR_LINGER, t)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default(),
+        None => String::new(),
+    };
+    let status = match status {
+        Ok(s) => s,
         Err(e) => {
             let error = format!("cannot wait for the command: {e}");
             let ended = nack(ctx, d, &error).await;
@@ -120,32 +150,13 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
             return ended;
         }
     };
-    report_outcome(ctx, &m, &ended, None);
+    let (ended, error) = match verdict::of(status, last_line.as_deref(), &stderr_tail) {
+        Verdict::Ack => (ack(ctx, d).await, None),
+        Verdict::Retry { after, error } => (retry(ctx, d, after, &error).await, Some(error)),
+        Verdict::Dead { error } => (dead(ctx, d, &error).await, Some(error)),
+    };
+    report_outcome(ctx, &m, &ended, error.as_deref());
     ended
-}
-
-/// Copies a child's stderr to ours and returns its first non-empty line.
-async fn forward_stderr(s: tokio::process::ChildStderr) -> Option<String> {
-    let mut reader = BufReader::new(s);
-    let mut first = None;
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        match reader.read_until(b'\n', &mut buf).await {
-            Ok(0) | Err(_) => return first,
-            Ok(_) => {
-                // Short, line-sized writes: blocking here is harmless.
-                let mut err = std::io::stderr().lock();
-                let _ = std::io::Write::write_all(&mut err, &buf);
-                if first.is_none() {
-                    let l = String::from_utf8_lossy(&buf).trim().to_string();
-                    if !l.is_empty() {
-                        first = Some(l);
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// Kills a running handler's whole process group (the shell and what it
@@ -154,7 +165,7 @@ async fn stop_child(
     ctx: &Ctx,
     child: &mut tokio::process::Child,
     pid: Option<u32>,
-    stderr_task: Option<tokio::task::JoinHandle<Option<String>>>,
+    stderr_task: Option<tokio::task::JoinHandle<String>>,
 ) {
     if let Some(pid) = pid {
         reaper::kill_group(pid).await;
