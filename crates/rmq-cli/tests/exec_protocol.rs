@@ -166,7 +166,7 @@ fn the_topics_handler_timeout_applies_unless_the_consumer_sets_its_own() {
         "--exec",
         "sleep 0.5",
         "--timeout",
-        "1500",
+        "10000",
         "--max",
         "1",
     ]);
