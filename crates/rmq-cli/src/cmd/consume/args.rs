@@ -29,10 +29,30 @@ pub struct ConsumeArgs {
     /// and the last 4 KiB of stderr
     #[arg(long, value_name = "CMD")]
     pub exec: Option<String>,
-    /// --exec: kill a handler still running after MS milliseconds (its whole
-    /// process group) and retry its message ("timed out after ...")
-    /// [default: the topic's --handler-timeout, else none]
-    #[arg(long, value_name = "MS", requires = "exec",
+    /// Start N (--workers) long-lived `sh -c CMD` workers and hand them the
+    /// messages as JSON lines on stdin: {"id", "topic", "key" | "key_base64",
+    /// "payload" | "payload_base64" (base64 when not UTF-8), "attempt",
+    /// "slot", "taken_ms", "fence"?, "priority"?, "due_ms"?}. A worker answers
+    /// each with a line on stdout, in any order: {"id", "outcome": "ack" |
+    /// "retry" | "dead", "error"?, "retry_after_ms"?}. Write logs to stderr
+    /// (shown as [worker N]): any other stdout line restarts the worker. A
+    /// worker that exits is started again; what it held is retried
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["exec", "fail", "serial"])]
+    pub worker: Option<String>,
+    /// --worker: how many workers run
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "worker",
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub workers: u16,
+    /// --worker: deliveries a worker holds at once (its results may come back
+    /// in any order)
+    #[arg(long, value_name = "K", default_value_t = 1, requires = "worker",
+          value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub worker_concurrency: u16,
+    /// --exec, --worker: a handler still running after MS milliseconds is
+    /// stopped (--exec: its process group killed; --worker: the worker is
+    /// restarted, what else it held is retried too) and its message retried
+    /// ("timed out after ...") [default: the topic's --handler-timeout, else none]
+    #[arg(long, value_name = "MS",
           value_parser = clap::value_parser!(u64).range(1..=604_800_000))]
     pub timeout: Option<u64>,
     /// Nack every message (a drill for retries and dead letters)
@@ -96,6 +116,16 @@ fn parse_share(s: &str) -> Result<(String, usize), String> {
         .parse()
         .map_err(|_| format!("{s:?}: {n:?} is not a whole number"))?;
     Ok((t.to_string(), n))
+}
+
+/// `--timeout` times a handler: `--exec` or `--worker`.
+pub(super) fn check_handler_flags(a: &ConsumeArgs) -> CliResult {
+    if a.timeout.is_some() && a.exec.is_none() && a.worker.is_none() {
+        return Err(CliError::usage(
+            "--timeout applies to a handler: use it with --exec or --worker",
+        ));
+    }
+    Ok(())
 }
 
 /// The share flags name topics of the pool, and only with several topics.

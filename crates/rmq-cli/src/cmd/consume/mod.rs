@@ -47,10 +47,13 @@ mod args;
 mod exec;
 mod printed;
 mod source;
-use args::check_shares;
+mod verdict;
+mod worker;
 pub use args::ConsumeArgs;
+use args::{check_handler_flags, check_shares};
 use exec::handle_exec;
 use printed::handle_printed;
+use worker::{handle_worker, Workers};
 
 /// Deliveries printed with one write at most.
 const PRINT_BATCH: usize = 1_000;
@@ -155,13 +158,18 @@ struct OutcomeJson<'a> {
     error: Option<&'a str>,
 }
 
-pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
+pub async fn run(g: &Global, mut a: ConsumeArgs) -> CliResult {
     let out = Out { json: g.json };
     if let Some(addr) = a.metrics_listen {
         crate::scrape::listen(addr)?;
     }
     let names: Vec<&str> = a.topic.split(',').map(str::trim).collect();
     check_shares(&a, &names)?;
+    check_handler_flags(&a)?;
+    if a.worker.is_some() {
+        // Deliveries in hand: every worker's share.
+        a.concurrency = a.workers.saturating_mul(a.worker_concurrency);
+    }
     let client = connect::client(g).await?;
     let mut topics = Vec::with_capacity(names.len());
     for name in &names {
@@ -192,7 +200,7 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
             .collect(),
         handler_timeout: a.timeout.map(Duration::from_millis),
         exec: a.exec.clone(),
-        reaper: a.exec.as_ref().map(|_| Reaper::start()),
+        reaper: (a.exec.is_some() || a.worker.is_some()).then(Reaper::start),
         fail: a.fail,
         kill: CancellationToken::new(),
         stop: cancel.clone(),
@@ -207,6 +215,10 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
     )
     .await?;
     let mut stream = source::Source::start(&a, topics, coordinator, cancel.clone());
+    let workers = a
+        .worker
+        .as_deref()
+        .map(|cmd| Arc::new(Workers::start(cmd, usize::from(a.workers), &ctx)));
     // Each task ends one delivery (--exec) or one printed batch.
     let mut tasks: JoinSet<Vec<Ended>> = JoinSet::new();
     let mut report = Report::default();
@@ -226,7 +238,10 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
                 }
                 Some(d) => {
                     started += 1;
-                    if let Some(cmd) = ctx.exec.clone() {
+                    if let Some(w) = workers.clone() {
+                        let ctx = ctx.clone();
+                        tasks.spawn(async move { vec![handle_worker(&ctx, d, &w).await] });
+                    } else if let Some(cmd) = ctx.exec.clone() {
                         let ctx = ctx.clone();
                         tasks.spawn(async move { vec![handle(ctx, d, cmd).await] });
                     } else {
@@ -274,6 +289,10 @@ pub async fn run(g: &Global, a: ConsumeArgs) -> CliResult {
             _ = sigterm.recv() => stop_now(&cancel, &ctx.kill),
             _ = sighup.recv() => stop_now(&cancel, &ctx.kill),
         }
+    }
+    // Every delivery has ended: nothing holds a worker now.
+    if let Some(w) = workers.and_then(Arc::into_inner) {
+        w.stop().await;
     }
     let pool_limits = stream.limits();
     // Serial mode: release the slot leases so other members take over at once.

@@ -1,14 +1,14 @@
 //! `--exec`: each delivery runs `sh -c CMD` in its own process group, the
 //! payload on its stdin and the message's fields in `RMQ_*` variables; its
-//! exit ends the delivery by `verdict`'s protocol (0 acks, 65 dead-letters,
+//! exit ends the delivery by `exit`'s protocol (0 acks, 65 dead-letters,
 //! anything else retries, after a delay the handler may ask for on its last
 //! stdout line), with the end of its stderr as the error (`streams`). A
 //! handler that runs past its timeout (`--timeout`, else the topic's
 //! handler timeout) is killed with its process group and its message
 //! retried. See the parent module for signals.
 
-mod streams;
-mod verdict;
+mod exit;
+pub(super) mod streams;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -17,10 +17,9 @@ use std::process::Stdio;
 use rmq::{Delivery, LeaseLost};
 use tokio::io::AsyncWriteExt;
 
-use super::{ack, dead, forget, nack, release, report_outcome, retry, Ctx, Ended, STDERR_LINGER};
+use super::{forget, nack, release, report_outcome, Ctx, Ended, STDERR_LINGER};
 use crate::{output, reaper};
 use streams::Sink;
-use verdict::Verdict;
 
 /// An environment value from bytes (NUL bytes, which no environment can
 /// hold, are dropped).
@@ -150,11 +149,8 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
             return ended;
         }
     };
-    let (ended, error) = match verdict::of(status, last_line.as_deref(), &stderr_tail) {
-        Verdict::Ack => (ack(ctx, d).await, None),
-        Verdict::Retry { after, error } => (retry(ctx, d, after, &error).await, Some(error)),
-        Verdict::Dead { error } => (dead(ctx, d, &error).await, Some(error)),
-    };
+    let verdict = exit::verdict(status, last_line.as_deref(), &stderr_tail);
+    let (ended, error) = verdict.end(ctx, d).await;
     report_outcome(ctx, &m, &ended, error.as_deref());
     ended
 }

@@ -8,34 +8,18 @@
 //! traceback).
 
 use std::process::ExitStatus;
-use std::time::Duration;
+
+use crate::cmd::consume::verdict::{retry_after, Verdict};
 
 /// The exit status that sends a message to the dead letters at once.
 pub(super) const EX_DATAERR: i32 = 65;
 /// The exit status that asks for a retry (as any other failure does).
 pub(super) const EX_TEMPFAIL: i32 = 75;
-/// The longest retry delay a handler may ask for (7 days, the longest
-/// backoff a topic may have).
-const MAX_RETRY_AFTER_MS: u64 = 7 * 86_400_000;
-
-/// How a delivery ends after its handler exited.
-#[derive(Debug, PartialEq)]
-pub(super) enum Verdict {
-    Ack,
-    /// Retried after `after` (None: the topic's backoff).
-    Retry {
-        after: Option<Duration>,
-        error: String,
-    },
-    Dead {
-        error: String,
-    },
-}
 
 /// The verdict on a handler that exited with `status`, whose last
 /// non-empty stdout line was `last_line` and whose stderr ended with
 /// `stderr_tail`.
-pub(super) fn of(status: ExitStatus, last_line: Option<&str>, stderr_tail: &str) -> Verdict {
+pub(super) fn verdict(status: ExitStatus, last_line: Option<&str>, stderr_tail: &str) -> Verdict {
     use std::os::unix::process::ExitStatusExt;
     let what = match status.code() {
         Some(0) => return Verdict::Ack,
@@ -57,17 +41,11 @@ pub(super) fn of(status: ExitStatus, last_line: Option<&str>, stderr_tail: &str)
     }
 }
 
-/// `{"retry_after_ms": N}` (other fields ignored): the delay asked for.
-fn retry_after(line: &str) -> Option<Duration> {
-    let v: serde_json::Value = serde_json::from_str(line.trim()).ok()?;
-    let ms = v.get("retry_after_ms")?.as_u64()?;
-    Some(Duration::from_millis(ms.min(MAX_RETRY_AFTER_MS)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
+    use std::time::Duration;
 
     fn exit(code: i32) -> ExitStatus {
         ExitStatus::from_raw(code << 8)
@@ -75,22 +53,22 @@ mod tests {
 
     #[test]
     fn zero_acks_65_dead_letters_and_the_rest_retry() {
-        assert_eq!(of(exit(0), None, "noise"), Verdict::Ack);
+        assert_eq!(verdict(exit(0), None, "noise"), Verdict::Ack);
         assert_eq!(
-            of(exit(65), None, "bad json\n"),
+            verdict(exit(65), None, "bad json\n"),
             Verdict::Dead {
                 error: "exit status 65 (EX_DATAERR): bad json".into()
             }
         );
         assert_eq!(
-            of(exit(75), None, ""),
+            verdict(exit(75), None, ""),
             Verdict::Retry {
                 after: None,
                 error: "exit status 75 (EX_TEMPFAIL)".into()
             }
         );
         assert_eq!(
-            of(
+            verdict(
                 exit(1),
                 Some(r#"{"retry_after_ms": 2500}"#),
                 "Traceback\n  boom"
@@ -101,27 +79,11 @@ mod tests {
             }
         );
         assert_eq!(
-            of(ExitStatus::from_raw(9), None, ""),
+            verdict(ExitStatus::from_raw(9), None, ""),
             Verdict::Retry {
                 after: None,
                 error: "killed by signal 9".into()
             }
-        );
-    }
-
-    #[test]
-    fn a_last_line_that_is_not_the_request_is_ignored() {
-        for line in [
-            "done",
-            "{}",
-            r#"{"retry_after_ms": -1}"#,
-            r#"{"retry_after_ms": "5"}"#,
-        ] {
-            assert_eq!(retry_after(line), None, "{line}");
-        }
-        assert_eq!(
-            retry_after(r#"{"retry_after_ms": 99999999999}"#),
-            Some(Duration::from_millis(MAX_RETRY_AFTER_MS))
         );
     }
 }

@@ -1,0 +1,257 @@
+//! One worker: a long-lived `sh -c CMD` in its own process group, kept
+//! running by a supervisor task that owns it. Deliveries reach it as
+//! requests on a channel; the supervisor writes each one's line to the
+//! worker's stdin, keeps its reply channel by id, and answers it when the
+//! worker's result line for that id comes. When the worker exits, writes a
+//! line that is not a result, or is asked to be killed (a delivery timed
+//! out), every delivery it holds is answered with why (they are retried)
+//! and a new worker starts, after a pause that grows while workers keep
+//! dying young. Its stderr goes to rmq's, each line prefixed with its
+//! number.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+use super::lines;
+use crate::cmd::consume::verdict::Verdict;
+use crate::cmd::consume::Ctx;
+use crate::{output, reaper};
+
+/// A delivery's answer: the worker's verdict, or why the worker could not
+/// give one (it exited, was restarted, ...).
+pub(super) type Answer = Result<Verdict, String>;
+
+pub(super) enum Request {
+    /// Hand this line (delivery `id`) to the worker; answer on `reply`.
+    Deliver {
+        id: String,
+        line: Vec<u8>,
+        reply: oneshot::Sender<Answer>,
+    },
+    /// Kill the worker (its deliveries are answered with `why`) and start
+    /// another.
+    Kill { why: String },
+}
+
+/// The handle on one worker.
+pub(super) struct Worker {
+    pub(super) number: usize,
+    requests: mpsc::UnboundedSender<Request>,
+    /// Deliveries handed to it and not answered yet.
+    pub(super) in_flight: AtomicUsize,
+}
+
+impl Worker {
+    /// Starts worker `number` running `cmd` (and its supervisor); it ends
+    /// when the last handle is dropped.
+    pub(super) fn start(
+        number: usize,
+        cmd: String,
+        ctx: Arc<Ctx>,
+    ) -> (Arc<Worker>, tokio::task::JoinHandle<()>) {
+        let (requests, inbox) = mpsc::unbounded_channel();
+        let supervisor = tokio::spawn(supervise(number, cmd, ctx, inbox));
+        let worker = Arc::new(Worker {
+            number,
+            requests,
+            in_flight: AtomicUsize::new(0),
+        });
+        (worker, supervisor)
+    }
+
+    /// Hands a delivery's line to the worker; the answer comes on the
+    /// returned channel.
+    pub(super) fn deliver(&self, id: String, line: Vec<u8>) -> oneshot::Receiver<Answer> {
+        let (reply, answer) = oneshot::channel();
+        // A supervisor that is gone drops `reply`: the caller sees it.
+        let _ = self.requests.send(Request::Deliver { id, line, reply });
+        answer
+    }
+
+    pub(super) fn kill(&self, why: String) {
+        let _ = self.requests.send(Request::Kill { why });
+    }
+}
+
+/// Counts a delivery in flight at a worker while it lives.
+pub(super) struct Counted(pub(super) Arc<Worker>);
+
+impl Counted {
+    pub(super) fn new(w: Arc<Worker>) -> Counted {
+        w.in_flight.fetch_add(1, Ordering::Relaxed);
+        Counted(w)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Runs worker `number` until every handle is gone, restarting it when it
+/// ends.
+async fn supervise(
+    number: usize,
+    cmd: String,
+    ctx: Arc<Ctx>,
+    mut inbox: mpsc::UnboundedReceiver<Request>,
+) {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let started = Instant::now();
+        let why = match run_once(number, &cmd, &ctx, &mut inbox).await {
+            Ended::Closed => return,
+            Ended::Restart(why) => why,
+        };
+        if started.elapsed() > Duration::from_secs(10) {
+            pause = Duration::from_millis(100);
+        }
+        output::warn_line(&format!(
+            "worker {number} {why}; starting another in {pause:?}"
+        ));
+        // Deliveries that arrive meanwhile wait in the channel.
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+enum Ended {
+    /// Every handle is gone: the consumer is done.
+    Closed,
+    /// The worker ended (why); start another.
+    Restart(String),
+}
+
+/// One life of the worker process.
+async fn run_once(
+    number: usize,
+    cmd: &str,
+    ctx: &Ctx,
+    inbox: &mut mpsc::UnboundedReceiver<Request>,
+) -> Ended {
+    let mut command = reaper::shell();
+    command
+        .arg("-c")
+        .arg(cmd)
+        .env("RMQ_WORKER", number.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(e) => return Ended::Restart(format!("could not start (sh -c: {e})")),
+    };
+    let pid = child.id();
+    if let (Some(r), Some(pid)) = (&ctx.reaper, pid) {
+        r.watch(pid).await;
+    }
+    let (Some(mut stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Ended::Restart("has no pipes".into());
+    };
+    tokio::spawn(prefix_stderr(number, stderr));
+    let mut stdout = BufReader::new(stdout);
+    let mut pending: HashMap<String, oneshot::Sender<Answer>> = HashMap::new();
+    let mut line = Vec::new();
+    let ended = loop {
+        tokio::select! {
+            request = inbox.recv() => match request {
+                Some(Request::Deliver { id, line, reply }) => {
+                    if let Err(e) = stdin.write_all(&line).await {
+                        let _ = reply.send(Err(format!("worker {number} could not be written to ({e})")));
+                        break Ended::Restart(format!("closed its stdin ({e})"));
+                    }
+                    pending.insert(id, reply);
+                }
+                Some(Request::Kill { why }) => break Ended::Restart(why),
+                None => break Ended::Closed,
+            },
+            // (Not cancellation safe, but what a cancelled read took stays
+            // in `line`, and the next read goes on from there.)
+            read = stdout.read_until(b'\n', &mut line) => match read {
+                Ok(0) | Err(_) => break Ended::Restart(exited(&mut child).await),
+                Ok(_) => match lines::result(&std::mem::take(&mut line)) {
+                    Ok(None) => {}
+                    Ok(Some((id, verdict))) => match pending.remove(&id) {
+                        Some(reply) => {
+                            let _ = reply.send(Ok(verdict));
+                        }
+                        // Late (its delivery timed out) or made up.
+                        None => output::warn_line(&format!(
+                            "worker {number} answered id {id:?}, which it does not hold: ignored"
+                        )),
+                    },
+                    Err(e) => break Ended::Restart(format!(
+                        "wrote a line that is not a result ({e}): restarted (write logs to stderr)"
+                    )),
+                },
+            },
+        }
+    };
+    // Closing stdin first lets a worker that reads to the end exit by
+    // itself; its group is killed either way.
+    drop(stdin);
+    if let Some(pid) = pid {
+        reaper::kill_group(pid).await;
+    }
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    if let (Some(r), Some(pid)) = (&ctx.reaper, pid) {
+        r.forget(pid).await;
+    }
+    let why = match &ended {
+        Ended::Restart(why) => format!("worker {number} {why}"),
+        Ended::Closed => format!("worker {number} stopped"),
+    };
+    for (_, reply) in pending.drain() {
+        let _ = reply.send(Err(why.clone()));
+    }
+    ended
+}
+
+/// How the worker ended, once its stdout closed.
+async fn exited(child: &mut tokio::process::Child) -> String {
+    let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+    match status {
+        Ok(Ok(s)) => match s.code() {
+            Some(c) => format!("exited (exit status {c})"),
+            None => {
+                use std::os::unix::process::ExitStatusExt;
+                format!("exited (killed by signal {})", s.signal().unwrap_or(0))
+            }
+        },
+        _ => "closed its stdout".into(),
+    }
+}
+
+/// Copies the worker's stderr to rmq's, each line prefixed `[worker N] `.
+async fn prefix_stderr(number: usize, stderr: tokio::process::ChildStderr) {
+    let mut reader = BufReader::new(stderr);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let line = String::from_utf8_lossy(&buf);
+                // A closed stderr loses the copy, nothing else.
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "[worker {number}] {}",
+                    line.trim_end()
+                );
+            }
+        }
+    }
+}
