@@ -52,8 +52,9 @@ pub struct Global {
     )]
     pub redis: Option<String>,
     /// Treat --redis as the seed node(s) of a Redis Cluster (one URL, or
-    /// several separated by commas)
-    #[arg(long, env = "RMQ_CLUSTER", global = true)]
+    /// several separated by commas). Like every switch set from the
+    /// environment, RMQ_CLUSTER takes 1/0, true/false, yes/no or on/off
+    #[arg(long, env = "RMQ_CLUSTER", global = true, value_parser = switch)]
     pub cluster: bool,
     /// TLS (rediss:// URLs): trust this CA (PEM) instead of the system roots
     #[arg(long, value_name = "FILE", global = true)]
@@ -66,13 +67,13 @@ pub struct Global {
     pub tls_key: Option<std::path::PathBuf>,
     /// Locked-down mode: call the Function library an admin loaded
     /// (`rmq functions load`) with FCALL; never load or send Lua
-    #[arg(long, env = "RMQ_FUNCTIONS", global = true)]
+    #[arg(long, env = "RMQ_FUNCTIONS", global = true, value_parser = switch)]
     pub functions: bool,
     /// Do not keep the topics' head index and marks (one Redis): needed in
     /// every process of a prefix while processes of an rmq without them
     /// still send to it; consumers then look at every slot at each rescan
     /// and hear every notice
-    #[arg(long, env = "RMQ_NO_HEAD_INDEX", global = true)]
+    #[arg(long, env = "RMQ_NO_HEAD_INDEX", global = true, value_parser = switch)]
     pub no_head_index: bool,
     /// Redis Cluster: how long a command keeps trying while a master fails
     /// over, before it gives up (ms; raise it with cluster-node-timeout)
@@ -290,5 +291,15 @@ fn main() -> ExitCode {
             }
             ExitCode::from(e.code)
         }
+    }
+}
+
+/// A switch set from the environment: 1/0, true/false, yes/no, on/off
+/// (any case); empty is off.
+fn switch(value: &str) -> Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" | "y" | "t" => Ok(true),
+        "0" | "false" | "no" | "off" | "n" | "f" | "" => Ok(false),
+        _ => Err("use 1/0, true/false, yes/no or on/off".into()),
     }
 }

@@ -960,3 +960,30 @@ fn batched_printing_keeps_max_exact_and_a_closed_reader_loses_nothing() {
             && st["acked"].as_u64().unwrap_or(0) + st["pending"].as_u64().unwrap_or(0) == 2000
     }));
 }
+
+/// Switches set from the environment take what shells use: 1/0, yes/no,
+/// on/off, true/false; anything else is refused with a clear error.
+#[test]
+fn environment_switches_take_1_0_yes_no_on_off() {
+    let env = Env::new();
+    let with = |value: &str| {
+        let mut c = env.cmd(&["topic", "create", "x", "--kind", "priority"]);
+        c.env("RMQ_FUNCTIONS", value);
+        support::run(c, b"")
+    };
+    // On: locked-down mode, and this Redis has no function library loaded.
+    for on in ["1", "yes", "on", "true", "TRUE"] {
+        let r = with(on);
+        assert!(
+            r.stderr.contains("function library"),
+            "RMQ_FUNCTIONS={on}: {r:?}"
+        );
+    }
+    for off in ["0", "no", "off", "false", ""] {
+        let r = with(off);
+        assert_eq!(r.code, 0, "RMQ_FUNCTIONS={off}: {r:?}");
+    }
+    let r = with("maybe");
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("invalid value 'maybe'"), "{r:?}");
+}

@@ -80,12 +80,13 @@ pub(super) async fn handle_worker(ctx: &Ctx, d: Delivery, workers: &Workers) -> 
     };
     let id = workers.next_id.fetch_add(1, Ordering::Relaxed).to_string();
     let line = lines::delivery(&id, &m);
-    let answer = worker.0.deliver(id, line);
+    let (handed, answer) = worker.0.deliver(id, line);
     let limit = ctx.handler_timeout_of(&m.topic);
+    // Counted from when the worker has it (not while one is started).
     let timed_out = async {
-        match limit {
-            Some(limit) => tokio::time::sleep(limit).await,
-            None => std::future::pending().await,
+        match (limit, handed.await) {
+            (Some(limit), Ok(())) => tokio::time::sleep(limit).await,
+            _ => std::future::pending().await,
         }
     };
     let verdict = tokio::select! {

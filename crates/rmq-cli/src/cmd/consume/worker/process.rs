@@ -29,10 +29,13 @@ use crate::{output, reaper};
 pub(super) type Answer = Result<Verdict, String>;
 
 pub(super) enum Request {
-    /// Hand this line (delivery `id`) to the worker; answer on `reply`.
+    /// Hand this line (delivery `id`) to the worker; say on `written`
+    /// when the worker has it (its timeout starts then: not while a worker
+    /// is being started); answer on `reply`.
     Deliver {
         id: String,
         line: Vec<u8>,
+        written: oneshot::Sender<()>,
         reply: oneshot::Sender<Answer>,
     },
     /// Kill the worker (its deliveries are answered with `why`) and start
@@ -66,13 +69,23 @@ impl Worker {
         (worker, supervisor)
     }
 
-    /// Hands a delivery's line to the worker; the answer comes on the
-    /// returned channel.
-    pub(super) fn deliver(&self, id: String, line: Vec<u8>) -> oneshot::Receiver<Answer> {
+    /// Hands a delivery's line to the worker: the first channel says when
+    /// the worker has it, the second brings the answer.
+    pub(super) fn deliver(
+        &self,
+        id: String,
+        line: Vec<u8>,
+    ) -> (oneshot::Receiver<()>, oneshot::Receiver<Answer>) {
         let (reply, answer) = oneshot::channel();
+        let (written, handed) = oneshot::channel();
         // A supervisor that is gone drops `reply`: the caller sees it.
-        let _ = self.requests.send(Request::Deliver { id, line, reply });
-        answer
+        let _ = self.requests.send(Request::Deliver {
+            id,
+            line,
+            written,
+            reply,
+        });
+        (handed, answer)
     }
 
     pub(super) fn kill(&self, why: String) {
@@ -167,11 +180,12 @@ async fn run_once(
     let ended = loop {
         tokio::select! {
             request = inbox.recv() => match request {
-                Some(Request::Deliver { id, line, reply }) => {
+                Some(Request::Deliver { id, line, written, reply }) => {
                     if let Err(e) = stdin.write_all(&line).await {
                         let _ = reply.send(Err(format!("worker {number} could not be written to ({e})")));
                         break Ended::Restart(format!("closed its stdin ({e})"));
                     }
+                    let _ = written.send(());
                     pending.insert(id, reply);
                 }
                 Some(Request::Kill { why }) => break Ended::Restart(why),
