@@ -177,13 +177,3 @@ fn the_topics_handler_timeout_applies_unless_the_consumer_sets_its_own() {
     let r = consume_one(&env, "p", "sleep 0.5");
     assert!(r.stderr.contains("acked 1"), "{r:?}");
 }
-
-/// Whether a process runs (a zombie does not).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
-        Err(_) => false,
-    }
-}

@@ -15,16 +15,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rmq_test_support::Proxy;
 use support::*;
 
-/// Whether a process runs (a zombie, killed but not yet reaped, does not).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
 fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

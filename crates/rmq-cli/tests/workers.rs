@@ -367,13 +367,3 @@ for line in sys.stdin:
         "the worker outlived rmq"
     );
 }
-
-/// Whether a process runs (a zombie does not).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
-        Err(_) => false,
-    }
-}

@@ -233,3 +233,13 @@ pub fn scrape(addr: &str) -> Option<String> {
     Some(http(addr, get).1)
 }
 pub mod serial;
+
+/// Whether a process runs (a zombie, killed but not yet reaped, does not).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
