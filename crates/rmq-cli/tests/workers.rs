@@ -121,7 +121,7 @@ for line in sys.stdin:
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(&err).unwrap());
-    let mut child = consume.spawn().unwrap();
+    let mut child = Reaped(consume.spawn().unwrap());
     assert!(
         eventually(Duration::from_secs(15), || std::fs::read_to_string(&err)
             .unwrap_or_default()
@@ -130,7 +130,7 @@ for line in sys.stdin:
     );
     let pid = std::fs::read_to_string(&pid_file).unwrap();
     kill("-9", pid.trim());
-    let status = wait_limited(&mut child, RUN_LIMIT).expect("rmq consume finished");
+    let status = wait_limited(&mut child.0, RUN_LIMIT).expect("rmq consume finished");
     let said = std::fs::read_to_string(&err).unwrap();
     assert!(status.success(), "{said}");
     // (sh reports its child's SIGKILL as exit status 137.)
@@ -341,7 +341,7 @@ for line in sys.stdin:
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    let mut child = consume.spawn().unwrap();
+    let mut child = Reaped(consume.spawn().unwrap());
     assert!(
         eventually(Duration::from_secs(15), || env.stats("t")["in_flight"] == 5
             && pid_file.exists()),
@@ -352,8 +352,8 @@ for line in sys.stdin:
         .trim()
         .parse()
         .unwrap();
-    kill("-TERM", &child.id().to_string());
-    let status = wait_limited(&mut child, RUN_LIMIT).expect("rmq consume stopped");
+    kill("-TERM", &child.0.id().to_string());
+    let status = wait_limited(&mut child.0, RUN_LIMIT).expect("rmq consume stopped");
     assert!(status.success(), "{status:?}");
     let s = env.stats("t");
     assert_eq!(

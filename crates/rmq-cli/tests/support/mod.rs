@@ -243,3 +243,16 @@ pub fn alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// A child process killed (and reaped) when the test ends, also when it
+/// panics before stopping it.
+pub struct Reaped(pub Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}

@@ -26,10 +26,12 @@ use crate::AppState;
 mod dead;
 mod keys;
 mod messages;
+mod stats;
 mod topics;
 pub(crate) use dead::*;
 pub(crate) use keys::*;
 pub(crate) use messages::*;
+pub(crate) use stats::*;
 pub(crate) use topics::*;
 
 type St = State<Arc<AppState>>;

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use rmq::{CancellationToken, Delivery, Settled};
+use rmq::{CancellationToken, Delivery};
 use serde::Serialize;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinSet;
@@ -53,6 +53,7 @@ pub use args::ConsumeArgs;
 use args::{check_handler_flags, check_shares};
 use exec::handle_exec;
 use printed::handle_printed;
+use verdict::{ack, nack, release};
 use worker::{handle_worker, Workers};
 
 /// Deliveries printed with one write at most.
@@ -349,16 +350,6 @@ fn stop_now(cancel: &CancellationToken, kill: &CancellationToken) {
     kill.cancel();
 }
 
-async fn release(d: Delivery) -> Ended {
-    match d.release().await {
-        Ok(()) => Ended::Released,
-        Err(e) => {
-            output::warn_line(&format!("could not release a message: {e}"));
-            Ended::Failed
-        }
-    }
-}
-
 fn print(ctx: &Ctx, f: impl FnOnce(Out) -> CliResult) -> bool {
     match f(ctx.out) {
         Ok(()) => true,
@@ -384,75 +375,6 @@ async fn handle(ctx: Arc<Ctx>, d: Delivery, cmd: String) -> Ended {
     let secs = started.elapsed().as_secs_f64();
     rmq::observe::handled(&topic, ended.label(), secs);
     ended
-}
-
-async fn ack(ctx: &Ctx, d: Delivery) -> Ended {
-    let m = ctx.finisher.as_ref().map(|_| d.message().clone());
-    match d.ack().await {
-        Ok(()) => {
-            if let (Some(f), Some(m)) = (&ctx.finisher, m) {
-                f.acked(&m);
-            }
-            Ended::Acked
-        }
-        Err(e) => {
-            output::warn_line(&format!("could not ack a message: {e}"));
-            Ended::Failed
-        }
-    }
-}
-
-/// A failure: retried after the topic's backoff.
-async fn nack(ctx: &Ctx, d: Delivery, error: &str) -> Ended {
-    retry(ctx, d, None, error).await
-}
-
-/// A failure: retried after `after` (None: the topic's backoff), or a
-/// dead letter after the last attempt.
-async fn retry(ctx: &Ctx, d: Delivery, after: Option<Duration>, error: &str) -> Ended {
-    let m = ctx.finisher.as_ref().map(|_| d.message().clone());
-    match d.nack(after, error).await {
-        Ok(Settled::Dead) => {
-            if let (Some(f), Some(m)) = (&ctx.finisher, m) {
-                f.dead(&m, error);
-            }
-            Ended::Dead
-        }
-        Ok(Settled::Cancelled) => {
-            if let (Some(f), Some(m)) = (&ctx.finisher, m) {
-                f.cancelled(&m);
-            }
-            Ended::Cancelled
-        }
-        Ok(_) => Ended::Retried,
-        Err(e) => {
-            output::warn_line(&format!("could not nack a message: {e}"));
-            Ended::Failed
-        }
-    }
-}
-
-/// A failure for good: straight to the dead letters.
-async fn dead(ctx: &Ctx, d: Delivery, error: &str) -> Ended {
-    let m = ctx.finisher.as_ref().map(|_| d.message().clone());
-    match d.dead(error).await {
-        Ok(Settled::Cancelled) => {
-            if let (Some(f), Some(m)) = (&ctx.finisher, m) {
-                f.cancelled(&m);
-            }
-            Ended::Cancelled
-        }
-        Ok(_) => {
-            if let (Some(f), Some(m)) = (&ctx.finisher, m) {
-                f.dead(&m, error);
-            }
-            Ended::Dead
-        }
-        Err(e) => {
-            output::warn_line(&format!("could not dead-letter a message: {e}"));
-            Ended::Failed
-        }
-    }
 }
 
 /// The handler was reaped: its group need not be killed any more.

@@ -1,12 +1,14 @@
-//! How a handler's delivery ends, whoever decided it (an `--exec`
-//! handler's exit, a `--worker`'s result line, a timeout), and the one way
-//! to end it by that verdict (reporting to the message store as it goes).
+//! How a delivery ends, whoever decided it (an `--exec` handler's exit, a
+//! `--worker`'s result line, a timeout, `--fail`, a signal): the verdict,
+//! and the calls that end a delivery by it, each reporting to the message
+//! store (`--store-pg`) as it goes and saying what went wrong.
 
 use std::time::Duration;
 
-use rmq::Delivery;
+use rmq::{Delivery, Settled};
 
-use super::{ack, dead, retry, Ctx, Ended};
+use super::{Ctx, Ended};
+use crate::output;
 
 /// The longest retry delay a handler may ask for (7 days, the longest
 /// backoff a topic may have).
@@ -54,6 +56,87 @@ pub(super) fn delay_ms(ms: u64) -> Duration {
 pub(super) fn retry_after(line: &str) -> Option<Duration> {
     let v: serde_json::Value = serde_json::from_str(line.trim()).ok()?;
     Some(delay_ms(v.get("retry_after_ms")?.as_u64()?))
+}
+
+/// Gives the message back untouched (the attempt is not counted).
+pub(super) async fn release(d: Delivery) -> Ended {
+    match d.release().await {
+        Ok(()) => Ended::Released,
+        Err(e) => {
+            output::warn_line(&format!("could not release a message: {e}"));
+            Ended::Failed
+        }
+    }
+}
+
+/// Done: acked.
+pub(super) async fn ack(ctx: &Ctx, d: Delivery) -> Ended {
+    let m = ctx.finisher.as_ref().map(|_| d.message().clone());
+    match d.ack().await {
+        Ok(()) => {
+            if let (Some(f), Some(m)) = (&ctx.finisher, m) {
+                f.acked(&m);
+            }
+            Ended::Acked
+        }
+        Err(e) => {
+            output::warn_line(&format!("could not ack a message: {e}"));
+            Ended::Failed
+        }
+    }
+}
+
+/// A failure: retried after the topic's backoff.
+pub(super) async fn nack(ctx: &Ctx, d: Delivery, error: &str) -> Ended {
+    retry(ctx, d, None, error).await
+}
+
+/// A failure: retried after `after` (None: the topic's backoff), or a
+/// dead letter after the last attempt.
+pub(super) async fn retry(ctx: &Ctx, d: Delivery, after: Option<Duration>, error: &str) -> Ended {
+    let m = ctx.finisher.as_ref().map(|_| d.message().clone());
+    match d.nack(after, error).await {
+        Ok(Settled::Dead) => {
+            if let (Some(f), Some(m)) = (&ctx.finisher, m) {
+                f.dead(&m, error);
+            }
+            Ended::Dead
+        }
+        Ok(Settled::Cancelled) => {
+            if let (Some(f), Some(m)) = (&ctx.finisher, m) {
+                f.cancelled(&m);
+            }
+            Ended::Cancelled
+        }
+        Ok(_) => Ended::Retried,
+        Err(e) => {
+            output::warn_line(&format!("could not nack a message: {e}"));
+            Ended::Failed
+        }
+    }
+}
+
+/// A failure for good: straight to the dead letters.
+pub(super) async fn dead(ctx: &Ctx, d: Delivery, error: &str) -> Ended {
+    let m = ctx.finisher.as_ref().map(|_| d.message().clone());
+    match d.dead(error).await {
+        Ok(Settled::Cancelled) => {
+            if let (Some(f), Some(m)) = (&ctx.finisher, m) {
+                f.cancelled(&m);
+            }
+            Ended::Cancelled
+        }
+        Ok(_) => {
+            if let (Some(f), Some(m)) = (&ctx.finisher, m) {
+                f.dead(&m, error);
+            }
+            Ended::Dead
+        }
+        Err(e) => {
+            output::warn_line(&format!("could not dead-letter a message: {e}"));
+            Ended::Failed
+        }
+    }
 }
 
 #[cfg(test)]

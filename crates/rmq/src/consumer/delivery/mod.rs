@@ -12,6 +12,7 @@
 use std::ops::Deref;
 use std::time::Duration;
 
+mod dropped;
 mod hold;
 pub use hold::LeaseLost;
 
@@ -377,17 +378,6 @@ impl Delivery {
         self.end(Op::Release).await.map(|_| ())
     }
 
-    /// Low-level serial-mode primitive, for tools and tests: ends the
-    /// delivery as a serial delivery dropped after its slot lease was lost
-    /// does (`Drop`, detached), but waits for the answer: back at once at
-    /// its place, ahead of the entity's later messages, the attempt
-    /// counted (dead after the last). Refused ([`ErrorKind::Fenced`]) once
-    /// another owner holds the slot: its message lease brings it back there.
-    #[doc(hidden)]
-    pub async fn give_back_lost(self) -> Result<Settled> {
-        self.end(lost()).await
-    }
-
     /// Gives the message back without waiting (used where nothing can be awaited).
     pub(crate) fn release_detached(mut self) {
         self.ended = true;
@@ -395,14 +385,6 @@ impl Delivery {
         let m = &self.msg;
         self.settler
             .settle_detached(m.slot, m.id.clone(), self.fence(), Op::Release);
-    }
-}
-
-/// A serial delivery given back after its slot lease was lost: back at
-/// its place, the attempt counted.
-fn lost() -> Op {
-    Op::Lost {
-        error: "slot lease lost while handling".into(),
     }
 }
 
@@ -422,35 +404,5 @@ impl Deref for Delivery {
     type Target = Received;
     fn deref(&self) -> &Received {
         &self.msg
-    }
-}
-
-impl Drop for Delivery {
-    fn drop(&mut self) {
-        if !self.ended {
-            let m = &self.msg;
-            // A serial delivery whose slot lease was lost goes back at its
-            // place (if the lease is still ours in Redis; else the next
-            // owner rolls it back there once its message lease ends): a
-            // nack's backoff would let the entity's later messages go first.
-            let lease_lost = self.claim.as_ref().is_some_and(|c| !c.is_current());
-            let op = if lease_lost {
-                lost()
-            } else {
-                Op::Nack {
-                    delay_ms: -1,
-                    error: "delivery dropped without being ended".into(),
-                }
-            };
-            self.settler
-                .settle_detached(m.slot, m.id.clone(), self.fence(), op);
-        }
-        if let Some(p) = self.probe.take() {
-            p.end(if self.ended { None } else { Some(false) });
-        }
-        // Queued after the end (or the nack above): freed once it is recorded.
-        if let Some(token) = self.cap.take() {
-            self.settler.free_permits(vec![token]);
-        }
     }
 }
