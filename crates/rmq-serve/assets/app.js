@@ -391,7 +391,7 @@ async function dead(pane, name, spec, page) {
 async function groups(pane, name) {
   const v = await api("GET", `/topics/${enc(name)}/groups`);
   const now = v.server_ms;
-  const unowned = v.leases.filter((l) => !l.owner).length;
+  const unowned = v.unowned_slots;
   const parts = [h("div", { class: "cards" }, card("consumer processes", v.consumers), card("serial groups", v.groups.length), card("slots without a lease", unowned))];
   if (v.groups.length === 0) parts.push(h("p", { class: "muted" }, "No serial consumer group has run on this topic."));
   for (const g of v.groups) {
@@ -399,9 +399,9 @@ async function groups(pane, name) {
       ["member", "alive", "heartbeat deadline", ["slots owned", "num"], "slots", "epochs"],
       g.members.map((m) => h("tr", {},
         h("td", { class: "text" }, m.id), h("td", {}, m.alive ? "yes" : "no (to be forgotten)"),
-        h("td", {}, ago(now - m.deadline_ms)), h("td", { class: "num" }, m.slots.length),
-        h("td", { class: "text" }, m.slots.length > 40 ? `${m.slots.slice(0, 40).join(", ")}, …` : m.slots.join(", ")),
-        h("td", { class: "text" }, m.slots.slice(0, 40).map((s) => `${s}:${v.leases[s].epoch}`).join(" ")))))));
+        h("td", {}, ago(now - m.deadline_ms)), h("td", { class: "num" }, m.slots_owned),
+        h("td", { class: "text" }, m.slots_owned > 40 ? `${m.slots.slice(0, 40).join(", ")}, …` : m.slots.join(", ")),
+        h("td", { class: "text" }, m.slots.slice(0, 40).map((s) => `${s}:${v.leases[s - v.slot_offset].epoch}`).join(" ")))))));
   }
   pane.replaceChildren(...parts);
 }

@@ -678,6 +678,8 @@ async fn serial_groups_show_members_owners_and_epochs() {
     let member = &g["members"][0];
     assert_eq!(member["alive"], json!(true));
     assert_eq!(member["slots"], json!([0, 1, 2, 3]));
+    assert_eq!(member["slots_owned"], json!(4));
+    assert_eq!(v["unowned_slots"], json!(0));
     for l in v["leases"].as_array().unwrap() {
         assert_eq!(l["owner"], member["id"]);
         assert!(l["epoch"].as_u64().unwrap() >= 1, "{l}");

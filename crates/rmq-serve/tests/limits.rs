@@ -643,6 +643,22 @@ async fn per_slot_stats_come_by_the_page() {
     assert_eq!(one["next_slot_offset"], slot + 1);
     let past = page("&slot_offset=99999").await;
     assert_eq!(past["slots"].as_array().map(Vec::len), Some(0));
+    // The serial groups' leases come by the same pages.
+    let groups = |q: &str| {
+        let req = http.get(s.url(&format!("/api/v1/topics/wide/groups{q}")));
+        async move {
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+            r.json::<serde_json::Value>().await.unwrap()
+        }
+    };
+    let first = groups("").await;
+    assert_eq!(first["leases"].as_array().map(Vec::len), Some(4_096));
+    assert_eq!(first["next_slot_offset"], 4_096);
+    assert_eq!(first["unowned_slots"], 8_192, "counted over every slot");
+    let last = groups("?slot_offset=8000&slot_limit=500").await;
+    assert_eq!(last["leases"].as_array().map(Vec::len), Some(192));
+    assert!(last.get("next_slot_offset").is_none(), "{last}");
     let totals: serde_json::Value = http
         .get(s.url("/api/v1/topics/wide/stats"))
         .send()
@@ -737,6 +753,7 @@ async fn rss_under_32_concurrent_reads_of_a_65536_slot_topic() {
         "/api/v1/topics",
         "/api/v1/topics/huge/slots",
         "/api/v1/topics/huge/stats?slots=true",
+        "/api/v1/topics/huge/groups",
     ] {
         let before = peak_rss();
         let t0 = Instant::now();

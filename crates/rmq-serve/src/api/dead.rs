@@ -1,4 +1,4 @@
-//! Dead letters (pages, requeue, purge) and a topic's serial groups.
+//! Dead letters: pages, requeue, purge.
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
@@ -131,31 +131,4 @@ pub(crate) async fn dead_purge(
     let which = body(b)?.selection()?;
     let purged = topic(&st, &name).await?.purge_dead(which).await?;
     Ok(Json(json!({ "purged": purged })))
-}
-
-#[utoipa::path(
-    get,
-    path = "/api/v1/topics/{topic}/groups",
-    tag = "serial groups",
-    summary = "Serial groups: members, heartbeat deadlines, slot owners and epochs",
-    params(("topic" = String, Path, description = "Topic name", example = "p")),
-    responses(
-        (status = 200, description = "The groups and every slot's lease", body = Object),
-        (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
-        (status = 429, description = "Too many expensive readings under way: retry after `Retry-After` seconds", body = ErrorBody),
-        (status = 404, description = "No such topic", body = ErrorBody),
-        (status = 503, description = "Redis is unreachable", body = ErrorBody),
-    )
-)]
-pub(crate) async fn groups(State(st): St, Path(name): Path<String>) -> ApiResult<JsonBody> {
-    st.reads
-        .run(flight(&("groups", &name)), || async {
-            let t = topic(&st, &name).await?;
-            let view = t.serial_groups().await?;
-            let consumers = t.consumers().await?;
-            let mut v = json!(view);
-            v["consumers"] = json!(consumers);
-            Ok(v)
-        })
-        .await
 }

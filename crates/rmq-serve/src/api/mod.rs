@@ -24,11 +24,13 @@ use crate::views::{lossy, LookupJson};
 use crate::AppState;
 
 mod dead;
+mod groups;
 mod keys;
 mod messages;
 mod stats;
 mod topics;
 pub(crate) use dead::*;
+pub(crate) use groups::*;
 pub(crate) use keys::*;
 pub(crate) use messages::*;
 pub(crate) use stats::*;

@@ -21,9 +21,23 @@ struct StatsBody {
     next_slot_offset: Option<usize>,
 }
 
-/// The most slots in one page of `/stats?slots=true` (a 65,536-slot topic
-/// whole was one 14 MB answer).
+/// The most slots in one page of `/stats?slots=true` or `/groups` (a
+/// 65,536-slot topic whole was one 14 MB answer).
 const MAX_SLOT_PAGE: usize = 4_096;
+
+/// The page asked for: its first slot and its length (at most 4,096).
+pub(super) fn page_of(offset: Option<usize>, limit: Option<usize>) -> (usize, usize) {
+    let limit = limit.unwrap_or(MAX_SLOT_PAGE).min(MAX_SLOT_PAGE);
+    (offset.unwrap_or(0), limit)
+}
+
+/// A page within `len` slots: its first slot, the end, and where the next
+/// page begins when there is one.
+pub(super) fn bounds((offset, limit): (usize, usize), len: usize) -> (usize, usize, Option<usize>) {
+    let from = offset.min(len);
+    let to = from.saturating_add(limit).min(len);
+    (from, to, (to < len).then_some(to))
+}
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -57,10 +71,7 @@ pub(crate) async fn stats(
     Path(name): Path<String>,
     Query(q): Query<SlotsQuery>,
 ) -> ApiResult<JsonBody> {
-    let page = q.slots.then(|| {
-        let limit = q.slot_limit.unwrap_or(MAX_SLOT_PAGE).min(MAX_SLOT_PAGE);
-        (q.slot_offset.unwrap_or(0), limit)
-    });
+    let page = q.slots.then(|| page_of(q.slot_offset, q.slot_limit));
     st.reads
         .run(flight(&("stats", &name, page)), || async {
             let t = topic(&st, &name).await?;
@@ -70,10 +81,8 @@ pub(crate) async fn stats(
                 .await?;
             let (slots, slot_offset, next_slot_offset) = match page {
                 None => (None, None, None),
-                Some((offset, limit)) => {
-                    let from = offset.min(s.slots.len());
-                    let to = from.saturating_add(limit).min(s.slots.len());
-                    let next = (to < s.slots.len()).then_some(to);
+                Some(page) => {
+                    let (from, to, next) = bounds(page, s.slots.len());
                     (Some(s.slots[from..to].to_vec()), Some(from), next)
                 }
             };
