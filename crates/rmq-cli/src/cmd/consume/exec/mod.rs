@@ -58,9 +58,7 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
         Err(e) => {
             let error = format!("cannot run sh -c: {e}");
             output::warn_line(&error);
-            let ended = nack(ctx, d, &error).await;
-            report_outcome(ctx, &m, &ended, Some(&error));
-            return ended;
+            return failed(ctx, d, &m, &error).await;
         }
     };
     let pid = child.id();
@@ -116,16 +114,15 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
             stop_child(ctx, &mut child, pid, stderr_task).await;
             let error = format!("timed out after {:?}", limit.unwrap_or_default());
             output::warn_line(&format!("handler {error}: killed, its message is retried"));
-            let ended = nack(ctx, d, &error).await;
-            report_outcome(ctx, &m, &ended, Some(&error));
-            return ended;
+            return failed(ctx, d, &m, &error).await;
         }
     };
     forget(ctx, pid).await;
     // What the handler wrote, once its streams close (a process it left
-    // behind may hold them open: not waited for past the linger).
+    // behind may hold them open: not waited for past one linger, for both).
+    let linger = tokio::time::Instant::now() + STDERR_LINGER;
     let last_line = match stdout_task {
-        Some(t) => tokio::time::timeout(STDERR_LINGER, t)
+        Some(t) => tokio::time::timeout_at(linger, t)
             .await
             .ok()
             .and_then(Result::ok)
@@ -133,7 +130,7 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
         None => None,
     };
     let stderr_tail = match stderr_task {
-        Some(t) => tokio::time::timeout(STDERR_LINGER, t)
+        Some(t) => tokio::time::timeout_at(linger, t)
             .await
             .ok()
             .and_then(Result::ok)
@@ -144,14 +141,19 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
         Ok(s) => s,
         Err(e) => {
             let error = format!("cannot wait for the command: {e}");
-            let ended = nack(ctx, d, &error).await;
-            report_outcome(ctx, &m, &ended, Some(&error));
-            return ended;
+            return failed(ctx, d, &m, &error).await;
         }
     };
     let verdict = exit::verdict(status, last_line.as_deref(), &stderr_tail);
     let (ended, error) = verdict.end(ctx, d).await;
     report_outcome(ctx, &m, &ended, error.as_deref());
+    ended
+}
+
+/// Ends `d` as a failure (retried after the backoff) and reports it.
+async fn failed(ctx: &Ctx, d: Delivery, m: &rmq::Received, error: &str) -> Ended {
+    let ended = nack(ctx, d, error).await;
+    report_outcome(ctx, m, &ended, Some(error));
     ended
 }
 
