@@ -56,7 +56,8 @@ pub(crate) fn status_of(kind: ErrorKind) -> StatusCode {
         | ErrorKind::InvalidSlotCount
         | ErrorKind::InvalidArgument
         | ErrorKind::PayloadTooLarge
-        | ErrorKind::PastDue => StatusCode::BAD_REQUEST,
+        | ErrorKind::PastDue
+        | ErrorKind::InvalidReceipt => StatusCode::BAD_REQUEST,
         ErrorKind::UnknownTopic => StatusCode::NOT_FOUND,
         ErrorKind::TopicConflict | ErrorKind::TopicInUse | ErrorKind::NotWaiting => {
             StatusCode::CONFLICT

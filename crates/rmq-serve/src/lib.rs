@@ -37,6 +37,7 @@ mod openapi;
 mod panels;
 mod reads;
 mod slot_readings;
+mod takers;
 pub mod views;
 
 use std::sync::Arc;
@@ -71,6 +72,9 @@ pub struct Options {
     /// `/metrics`, the topic list, stats, slots): within it, they answer
     /// from the last reading (its `server_ms` says when it was taken).
     pub large_topic_reuse: Duration,
+    /// The longest an HTTP take waits for a first message, whatever its
+    /// `wait_ms` asks (at most 30 s, under the connections' idle timeout).
+    pub max_take_wait: Duration,
 }
 
 impl Default for Options {
@@ -82,6 +86,7 @@ impl Default for Options {
             allowed_hosts: Vec::new(),
             max_expensive_reads: 8,
             large_topic_reuse: Duration::from_secs(5),
+            max_take_wait: Duration::from_secs(30),
         }
     }
 }
@@ -97,6 +102,8 @@ pub(crate) struct AppState {
     pub(crate) reads: reads::Reads,
     pub(crate) history: Arc<history::History>,
     pub(crate) slot_readings: Arc<slot_readings::SlotReadings>,
+    /// HTTP take's engines and the receipt key.
+    pub(crate) takers: takers::Takers,
     /// Stops the sampler when the last handle on the state is gone.
     stop_sampler: rmq::CancellationToken,
 }
@@ -135,6 +142,7 @@ pub fn router(client: rmq::Client, options: Options) -> Router {
         options,
         history,
         slot_readings,
+        takers: takers::Takers::default(),
         stop_sampler,
     });
     let guard = axum::middleware::from_fn_with_state(state.clone(), access::guard);

@@ -12,7 +12,9 @@ use crate::{api, error, panels};
 #[openapi(
     info(
         title = "rmq",
-        description = "A live rmq queue: topics, messages by key, dead letters, serial groups. \
+        description = "A live rmq queue: topics, messages by key, dead letters, serial groups, consuming by receipt. \
+                       A key or payload that is not UTF-8 comes as base64 in `key_base64` / \
+                       `payload_base64` instead of `key` / `payload`. \
                        Reads are open; actions need `Authorization: Bearer <token>` when the \
                        server has a token, and are refused (403) in read-only mode. Errors \
                        are `{\"error\": {\"kind\", \"message\"}}`."
@@ -23,6 +25,7 @@ use crate::{api, error, panels};
         api::lookup, api::cancel_one, api::lookup_q, api::cancel_one_q, api::cancel_many,
         api::reschedule, api::reschedule_q, api::dead_list,
         api::dead_requeue, api::dead_purge, api::groups,
+        api::take, api::ack, api::nack, api::dead_by_receipt, api::extend,
         panels::server, panels::overview, panels::history, panels::slots,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail)),
@@ -32,6 +35,7 @@ use crate::{api, error, panels};
         (name = "messages", description = "Send; look up, cancel and reschedule by key"),
         (name = "dead letters", description = "List, requeue and purge dead letters"),
         (name = "serial groups", description = "Who serves a topic in serial mode"),
+        (name = "consume", description = "Take due messages, then ack, nack, dead or extend them by receipt"),
         (name = "dashboard", description = "What the web dashboard reads"),
     )
 )]

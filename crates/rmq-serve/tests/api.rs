@@ -2,83 +2,16 @@
 //! bad input answered 4xx with the JSON error shape and nothing changed,
 //! who may act, and metrics that say what the traffic did.
 #![allow(clippy::unwrap_used)]
+mod common;
 
 use std::time::Duration;
 
+use common::*;
 use reqwest::StatusCode;
 use rmq::{Client, TopicKind, TopicSpec};
-use rmq_serve::{Access, Options};
+use rmq_serve::Access;
 use rmq_test_support::RedisServer;
 use serde_json::{json, Value};
-
-const TOKEN: &str = "test-token-1";
-
-struct Server {
-    _redis: RedisServer,
-    base: String,
-    client: Client,
-    http: reqwest::Client,
-}
-
-impl Server {
-    async fn start(access: Access) -> Server {
-        let redis = RedisServer::start();
-        let client = Client::connect(&redis.url()).await.unwrap();
-        let options = Options {
-            access,
-            scrape_cache: Duration::from_millis(0),
-            sample_every: Duration::from_millis(200),
-            allowed_hosts: Vec::new(),
-            ..Options::default()
-        };
-        let router = rmq_serve::router(client.clone(), options);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}/", listener.local_addr().unwrap());
-        tokio::spawn(rmq_serve::serve(listener, router, std::future::pending()));
-        Server {
-            _redis: redis,
-            base,
-            client,
-            http: reqwest::Client::new(),
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{}", self.base, path.trim_start_matches('/'))
-    }
-
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
-        let r = self.http.get(self.url(path)).send().await.unwrap();
-        let status = r.status();
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-
-    /// An action with the token.
-    async fn act(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        let mut req = self.http.request(method, self.url(path)).bearer_auth(TOKEN);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let r = req.send().await.unwrap();
-        let status = r.status();
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        self.act(reqwest::Method::POST, path, Some(body)).await
-    }
-}
-
-fn error_kind(v: &Value) -> &str {
-    v["error"]["kind"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no error shape: {v}"))
-}
 
 #[tokio::test]
 async fn a_topic_is_created_listed_shown_updated_paused_and_deleted() {
@@ -827,23 +760,9 @@ async fn the_server_needs_only_the_least_privilege_acl_of_its_prefix() {
     for functions in [false, true] {
         let redis = RedisServer::start();
         let client = least_privilege(&redis, functions).await;
-        let options = Options {
-            access: Access::Token(TOKEN.into()),
-            scrape_cache: Duration::from_millis(0),
-            sample_every: Duration::from_millis(100),
-            allowed_hosts: Vec::new(),
-            ..Options::default()
-        };
-        let router = rmq_serve::router(client.clone(), options);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}/", listener.local_addr().unwrap());
-        tokio::spawn(rmq_serve::serve(listener, router, std::future::pending()));
-        let s = Server {
-            _redis: redis,
-            base,
-            client,
-            http: reqwest::Client::new(),
-        };
+        let s = Server::serving(client, Access::Token(TOKEN.into()))
+            .await
+            .keeping(redis);
         let (st, v) = s
             .post(
                 "/api/v1/topics",
@@ -874,6 +793,16 @@ async fn the_server_needs_only_the_least_privilege_acl_of_its_prefix() {
         }
         let r = s.http.get(s.url("/metrics")).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+        // Consuming over HTTP too (the receipt key is made and read by a
+        // script, with the same rights).
+        let (st, v) = s.post("/api/v1/topics/q/take", json!({"max": 1})).await;
+        assert_eq!(st, StatusCode::OK, "functions={functions}: {v}");
+        let receipt = v["deliveries"][0]["receipt"].clone();
+        let (st, v) = s
+            .post("/api/v1/topics/q/ack", json!({"receipts": [receipt]}))
+            .await;
+        assert_eq!(st, StatusCode::OK, "functions={functions}: {v}");
+        assert_eq!(v["results"][0]["outcome"], "acked");
         for (path, body) in [
             ("/api/v1/topics/q/pause", json!({})),
             ("/api/v1/topics/q/resume", json!({})),

@@ -44,6 +44,8 @@ async fn the_server_keeps_every_promise_of_its_openapi_document() {
         scrape_cache: Duration::from_millis(0),
         sample_every: Duration::from_secs(1),
         allowed_hosts: Vec::new(),
+        // Takes that find nothing answer soon: the fuzzer asks many.
+        max_take_wait: Duration::from_millis(100),
         ..Options::default()
     };
     let router = rmq_serve::router(client.clone(), options);
@@ -60,7 +62,7 @@ async fn the_server_keeps_every_promise_of_its_openapi_document() {
         .unwrap();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
-    assert_eq!(paths.len(), 20, "{paths:?}");
+    assert_eq!(paths.len(), 24, "{paths:?}");
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
     assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
 

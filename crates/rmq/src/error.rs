@@ -63,6 +63,10 @@ pub enum ErrorKind {
     /// Retryable: room comes back as messages end. A merge into a message
     /// the topic holds is never refused.
     Full,
+    /// A receipt given back to settle a delivery was not sealed by the
+    /// prefix's receipt key for this topic, or was changed: nothing was
+    /// changed.
+    InvalidReceipt,
 }
 
 /// The error type of every fallible rmq call.

@@ -52,6 +52,11 @@ pub(crate) fn slot_keys(prefix: &str, topic: &str, slot: u32, slots: u32) -> [St
     SLOT_KEY_NAMES.map(|name| format!("{base}:{name}"))
 }
 
+/// STRING: the key that signs receipts (`receipt/key.rs`), one per prefix.
+pub(crate) fn receipt_key(prefix: &str) -> String {
+    format!("{prefix}:receipt-key")
+}
+
 /// HASH: topic name -> definition (JSON).
 pub(crate) fn topic_index(prefix: &str) -> String {
     format!("{prefix}:topics")

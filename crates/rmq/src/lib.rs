@@ -102,8 +102,8 @@ mod value;
 pub use admin::{DeadLetter, DeadSelection, Pending, SlotLease, Stats, TopicStats};
 pub use client::{redact, Client, ClientOptions, Deleted, Password, ServerWarning, TlsOptions};
 pub use consumer::{
-    ConsumerBuilder, Deliveries, Delivery, LeaseLost, Outcome, Pool, PoolDeliveries, PoolLimits,
-    RunReport, Share, TopicLimit,
+    ConsumerBuilder, Deliveries, Delivery, Ending, LeaseLost, OnDemand, Outcome, Pool,
+    PoolDeliveries, PoolLimits, Receipt, ReceiptKey, RunReport, Share, TopicLimit,
 };
 pub use control::{
     CancelOutcome, DeadInfo, GroupMember, Lookup, Parked, PauseReport, Reschedule, Rescheduled,

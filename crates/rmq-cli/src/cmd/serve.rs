@@ -74,6 +74,10 @@ pub struct ServeArgs {
     /// says when). 0 reads anew for each request
     #[arg(long, value_name = "MS", default_value_t = 5000)]
     pub large_topic_reuse: u64,
+    /// The longest an HTTP take (POST /api/v1/topics/T/take) waits for a
+    /// first message, whatever its wait_ms asks, in ms
+    #[arg(long, value_name = "MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(0..=30_000))]
+    pub max_take_wait: u64,
 }
 
 /// Who may act, and a warning to print once the server listens (the
@@ -132,6 +136,7 @@ pub async fn run(g: &Global, a: ServeArgs) -> CliResult {
         allowed_hosts: a.allowed_hosts,
         max_expensive_reads: usize::try_from(a.max_expensive_reads).unwrap_or(usize::MAX),
         large_topic_reuse: Duration::from_millis(a.large_topic_reuse),
+        max_take_wait: Duration::from_millis(a.max_take_wait),
     };
     let mut term = signal(SignalKind::terminate())
         .map_err(|e| CliError::runtime(format!("cannot listen for SIGTERM: {e}")))?;

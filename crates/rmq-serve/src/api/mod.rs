@@ -1,7 +1,8 @@
 //! The JSON API under `/api/v1`: topics (list, show, create, update,
 //! delete, pause, resume, stats, peek), messages (send one or a batch; get,
 //! cancel and reschedule by key), dead letters (list with paging,
-//! requeue, purge) and serial groups (members, slot owners, epochs). Every action checks [`Access`](crate::Access) first;
+//! requeue, purge), serial groups (members, slot owners, epochs) and
+//! consuming (take, then ack, nack, dead or extend by receipt). Every action checks [`Access`](crate::Access) first;
 //! every input is checked by the library, and a refusal changes nothing.
 
 use std::sync::Arc;
@@ -23,12 +24,14 @@ use crate::reads::{flight, JsonBody};
 use crate::views::{lossy, LookupJson};
 use crate::AppState;
 
+mod consume;
 mod dead;
 mod groups;
 mod keys;
 mod messages;
 mod stats;
 mod topics;
+pub(crate) use consume::*;
 pub(crate) use dead::*;
 pub(crate) use groups::*;
 pub(crate) use keys::*;
@@ -71,7 +74,11 @@ pub(crate) fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/topics/{topic}/key", get(lookup_q).delete(cancel_one_q))
         .route("/topics/{topic}/key/reschedule", post(reschedule_q))
         .route("/topics/{topic}/cancel", post(cancel_many))
-        .route("/topics/{topic}/dead", get(dead_list))
+        .route("/topics/{topic}/dead", get(dead_list).post(dead_by_receipt))
+        .route("/topics/{topic}/take", post(take))
+        .route("/topics/{topic}/ack", post(ack))
+        .route("/topics/{topic}/nack", post(nack))
+        .route("/topics/{topic}/extend", post(extend))
         .route("/topics/{topic}/dead/requeue", post(dead_requeue))
         .route("/topics/{topic}/dead/purge", post(dead_purge))
         .route("/topics/{topic}/groups", get(groups))

@@ -26,9 +26,11 @@ mod heads;
 mod inflight;
 mod limiter;
 mod marks;
+mod on_demand;
 mod pool;
 mod pop;
 mod rate;
+mod receipt;
 mod runner;
 mod schedule;
 mod settler;
@@ -48,7 +50,9 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 pub use delivery::{Delivery, LeaseLost};
+pub use on_demand::OnDemand;
 pub use pool::{Pool, PoolDeliveries, PoolLimits, Share, TopicLimit};
+pub use receipt::{Ending, Receipt, ReceiptKey};
 pub use runner::{Outcome, RunReport};
 
 use crate::group::{keep_leases, validate_group, Coordinator, RedisCoordinator, SerialConfig};

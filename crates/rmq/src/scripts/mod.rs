@@ -27,6 +27,7 @@ pub(crate) mod rate;
 pub(crate) mod registry;
 pub(crate) mod renew;
 pub(crate) mod room;
+pub(crate) mod secret;
 pub(crate) mod send;
 pub(crate) mod settle;
 
@@ -47,7 +48,7 @@ const MEMO: &str = include_str!("lua/memo.lua");
 
 /// The topic settings every pop and settle call passes, as strings, made
 /// once per topic.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct TopicArgs {
     pub(crate) kind: &'static str,
     pub(crate) lease: String,
@@ -100,10 +101,11 @@ pub(crate) enum ScriptId {
     Room,
     Heads,
     Firsts,
+    Secret,
 }
 
 impl ScriptId {
-    pub(crate) const ALL: [ScriptId; 25] = [
+    pub(crate) const ALL: [ScriptId; 26] = [
         ScriptId::Send,
         ScriptId::Pop,
         ScriptId::Settle,
@@ -129,6 +131,7 @@ impl ScriptId {
         ScriptId::Room,
         ScriptId::Heads,
         ScriptId::Firsts,
+        ScriptId::Secret,
     ];
 
     pub(crate) fn source(self) -> (&'static str, &'static str) {
@@ -182,6 +185,7 @@ impl ScriptId {
                 include_str!("lua/heads.lua"),
             ),
             ScriptId::Firsts => ("#!lua flags=no-writes", include_str!("lua/firsts.lua")),
+            ScriptId::Secret => ("#!lua", include_str!("lua/secret.lua")),
         }
     }
 }
@@ -216,6 +220,7 @@ impl ScriptId {
             ScriptId::Room => "room",
             ScriptId::Heads => "heads",
             ScriptId::Firsts => "firsts",
+            ScriptId::Secret => "secret",
         }
     }
 
@@ -255,6 +260,7 @@ impl ScriptId {
                 | ScriptId::Heads
                 | ScriptId::Firsts
                 | ScriptId::Renew
+                | ScriptId::Secret
         )
     }
 
@@ -498,6 +504,7 @@ mod tests {
                         | ScriptId::InFlight
                         | ScriptId::Room
                         | ScriptId::Heads
+                        | ScriptId::Secret
                 )
             })
             .collect();

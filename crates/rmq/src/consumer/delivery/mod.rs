@@ -12,6 +12,7 @@
 use std::ops::Deref;
 use std::time::Duration;
 
+mod detach;
 mod dropped;
 mod hold;
 pub use hold::LeaseLost;
