@@ -82,8 +82,9 @@ report() { python3 -c "print('%-46s %6d msgs %7.2f s %8.0f msg/s' % ('$1', $N, $
 scale=$(python3 -c "print($N / 200000)")
 for round in 1 2; do
     echo "== round $round"
-    $BENCH --scale "$scale" --only "consume concurrency=128 batch=64" 2>/dev/null \
-        | grep -E "consume .*concurrency=128 batch=64" | head -1 | sed 's/^/library: /'
+    lib=$(env -u REDIS_URL $BENCH --scale "$scale" --only "consume concurrency=128 batch=64" 2>/dev/null \
+        | python3 -c "import json, sys; print(json.loads(sys.stdin.readline())['msgs_per_sec'])")
+    report "library, consume c=128 batch=64 (rmq-bench)" "$(python3 -c "print($N / $lib)")"
     fill; report "HTTP, Python, 8 connections, take 100 + ack" "$(python3 "$dir/client.py" "$http_port" "$dir/token" "$N")"
     fill; report "HTTP, Node, 8 connections, take 100 + ack" "$(node "$dir/client.mjs" "$http_port" "$dir/token" "$N")"
 done
