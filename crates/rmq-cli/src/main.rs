@@ -112,6 +112,14 @@ pub enum Command {
     Send(cmd::send::SendArgs),
     /// Consume messages: print them, or run a command per message
     Consume(cmd::consume::ConsumeArgs),
+    /// Take due messages by hand, each with a receipt to settle it later
+    Take(cmd::take::TakeArgs),
+    /// Ack deliveries by receipt (from rmq take or HTTP take)
+    Ack(cmd::settle::AckArgs),
+    /// Nack deliveries by receipt: retry later, or --dead
+    Nack(cmd::settle::NackArgs),
+    /// Extend deliveries' leases by receipt
+    Extend(cmd::settle::ExtendArgs),
     /// Depth and counters per topic
     Stats(cmd::stats::StatsArgs),
     /// The next messages in consumption order, without taking them
@@ -195,7 +203,8 @@ impl From<rmq::Error> for CliError {
             | K::UnknownTopic
             | K::TopicConflict
             | K::NotWaiting
-            | K::TopicInUse => 2,
+            | K::TopicInUse
+            | K::InvalidReceipt => 2,
             K::Full => EXIT_FULL,
             _ => 1,
         };
@@ -245,6 +254,10 @@ async fn run(cli: Cli) -> CliResult {
         Command::Stats(a) => cmd::stats::run(&g, a).await,
         Command::Forward(a) => cmd::forward::run(&g, a).await,
         Command::Peek(a) => cmd::peek::run(&g, a).await,
+        Command::Take(a) => cmd::take::run(&g, a).await,
+        Command::Ack(a) => cmd::settle::ack(&g, a).await,
+        Command::Nack(a) => cmd::settle::nack(&g, a).await,
+        Command::Extend(a) => cmd::settle::extend(&g, a).await,
         Command::Get(a) => cmd::get::run(&g, a).await,
         Command::Cancel(a) => cmd::cancel::run(&g, a).await,
         Command::Reschedule(a) => cmd::reschedule::run(&g, a).await,

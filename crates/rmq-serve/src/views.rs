@@ -3,6 +3,7 @@
 //! are replaced, never passed on raw), with the field names the README
 //! documents.
 
+use base64::Engine;
 use rmq::Lookup;
 use serde::Serialize;
 
@@ -87,6 +88,81 @@ impl LookupJson {
                 deaths: d.deaths,
             }),
             server_ms: l.server_ms,
+        }
+    }
+}
+
+/// One delivery taken. A key or payload that is valid UTF-8 comes as a
+/// JSON string (`key`, `payload`); otherwise as base64 (`key_base64`,
+/// `payload_base64`): exactly one of each pair is present.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct DeliveryJson {
+    /// Settles this delivery (opaque).
+    receipt: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_base64: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_base64: Option<String>,
+    /// 1 for the first delivery of the message.
+    attempt: u32,
+    slot: u32,
+    /// Priority topics: its priority.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    priority: Option<u32>,
+    /// Time-based topics: when it was due (Unix ms, server clock).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    due_ms: Option<i64>,
+    /// When it was taken (Unix ms, server clock).
+    taken_ms: i64,
+    /// When its lease runs out (Unix ms, server clock).
+    lease_until_ms: i64,
+    /// The same for every delivery of one message: for deduplication.
+    message_id: String,
+}
+
+/// Text when it is UTF-8, else base64 (standard alphabet, padded).
+pub fn text_or_base64(b: &[u8]) -> (Option<String>, Option<String>) {
+    match std::str::from_utf8(b) {
+        Ok(s) => (Some(s.to_string()), None),
+        Err(_) => (
+            None,
+            Some(base64::engine::general_purpose::STANDARD.encode(b)),
+        ),
+    }
+}
+
+impl DeliveryJson {
+    /// Its receipt.
+    pub fn receipt(&self) -> &str {
+        &self.receipt
+    }
+
+    /// The delivery as a client sees it, handed on as a receipt sealed with
+    /// `key` (taken with leases of `lease_ms`).
+    pub fn of(topic: &str, key: &rmq::ReceiptKey, d: rmq::Delivery, lease_ms: u64) -> DeliveryJson {
+        let (k, k64) = text_or_base64(&d.key);
+        let (p, p64) = text_or_base64(&d.payload);
+        let lease = i64::try_from(lease_ms).unwrap_or(i64::MAX);
+        let (attempt, slot, priority, due_ms, taken_ms) =
+            (d.attempt, d.slot, d.priority, d.due_ms, d.taken_ms);
+        let message_id = d.stable_id();
+        DeliveryJson {
+            receipt: key.seal(topic, &d.into_receipt()),
+            key: k,
+            key_base64: k64,
+            payload: p,
+            payload_base64: p64,
+            attempt,
+            slot,
+            priority,
+            due_ms,
+            taken_ms,
+            lease_until_ms: taken_ms.saturating_add(lease),
+            message_id,
         }
     }
 }

@@ -288,3 +288,18 @@ async fn a_capped_topics_receipt_carries_its_permit_and_frees_it() {
     let rest = taker.take(5, LEASE, Duration::from_secs(5)).await.unwrap();
     assert_eq!(rest.len(), 2);
 }
+
+#[tokio::test]
+async fn one_take_gets_as_many_as_are_due_across_slots() {
+    let (_s, _c, topic) = setup(TopicKind::Priority, 4).await;
+    let taker = topic.on_demand();
+    for n in [1usize, 2, 5, 9, 17] {
+        let batch: Vec<_> = (0..n).map(|i| Message::new(format!("{n}-{i}"))).collect();
+        topic.send_batch(&batch).await.unwrap();
+        let got = taker.take(n, LEASE, Duration::ZERO).await.unwrap();
+        assert_eq!(got.len(), n, "{n} due in 4 slots, {n} asked");
+        for d in got {
+            d.ack().await.unwrap();
+        }
+    }
+}

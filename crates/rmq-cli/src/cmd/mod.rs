@@ -12,6 +12,8 @@ pub mod peek;
 pub mod reschedule;
 pub mod send;
 pub mod serve;
+pub mod settle;
 pub mod stats;
 pub mod store;
+pub mod take;
 pub mod topic;

@@ -11,8 +11,8 @@
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
-use base64::Engine;
-use rmq::{Delivery, Ending, ErrorKind, Settled};
+use crate::views::DeliveryJson;
+use rmq::{Ending, Settled};
 
 /// The longest a take waits for a first message (under the server's
 /// 60 s idle timeout, with room to answer).
@@ -38,76 +38,10 @@ pub(crate) struct TakeBody {
     lease_ms: Option<u64>,
 }
 
-/// One delivery taken. A key or payload that is valid UTF-8 comes as a
-/// JSON string (`key`, `payload`); otherwise as base64 (`key_base64`,
-/// `payload_base64`): exactly one of each pair is present.
-#[derive(serde::Serialize, ToSchema)]
-pub(crate) struct DeliveryJson {
-    /// Settles this delivery (opaque).
-    receipt: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    key: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    key_base64: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payload: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payload_base64: Option<String>,
-    /// 1 for the first delivery of the message.
-    attempt: u32,
-    slot: u32,
-    /// Priority topics: its priority.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    priority: Option<u32>,
-    /// Time-based topics: when it was due (Unix ms, server clock).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    due_ms: Option<i64>,
-    /// When it was taken (Unix ms, server clock).
-    taken_ms: i64,
-    /// When its lease runs out (Unix ms, server clock).
-    lease_until_ms: i64,
-    /// The same for every delivery of one message: for deduplication.
-    message_id: String,
-}
-
 /// What a take answered.
 #[derive(serde::Serialize, ToSchema)]
 pub(crate) struct Taken {
     deliveries: Vec<DeliveryJson>,
-}
-
-/// Text when it is UTF-8, else base64 (standard alphabet, padded).
-pub(crate) fn text_or_base64(b: &[u8]) -> (Option<String>, Option<String>) {
-    match std::str::from_utf8(b) {
-        Ok(s) => (Some(s.to_string()), None),
-        Err(_) => (
-            None,
-            Some(base64::engine::general_purpose::STANDARD.encode(b)),
-        ),
-    }
-}
-
-fn delivery_json(topic: &str, key: &rmq::ReceiptKey, d: Delivery, lease_ms: u64) -> DeliveryJson {
-    let (k, k64) = text_or_base64(&d.key);
-    let (p, p64) = text_or_base64(&d.payload);
-    let lease = i64::try_from(lease_ms).unwrap_or(i64::MAX);
-    let (attempt, slot, priority, due_ms, taken_ms) =
-        (d.attempt, d.slot, d.priority, d.due_ms, d.taken_ms);
-    let message_id = d.stable_id();
-    DeliveryJson {
-        receipt: key.seal(topic, &d.into_receipt()),
-        key: k,
-        key_base64: k64,
-        payload: p,
-        payload_base64: p64,
-        attempt,
-        slot,
-        priority,
-        due_ms,
-        taken_ms,
-        lease_until_ms: taken_ms.saturating_add(lease),
-        message_id,
-    }
 }
 
 #[utoipa::path(
@@ -163,7 +97,7 @@ pub(crate) async fn take(
         .await?;
     let deliveries = got
         .into_iter()
-        .map(|d| delivery_json(&name, key, d, lease_ms))
+        .map(|d| DeliveryJson::of(&name, key, d, lease_ms))
         .collect();
     Ok(Json(Taken { deliveries }))
 }
@@ -218,24 +152,14 @@ pub(crate) struct Settlements {
 }
 
 fn outcome(ending: &Ending, r: rmq::Result<Settled>) -> Value {
-    let word = match (r, ending) {
-        (Ok(Settled::Done), Ending::Ack) => "acked",
-        (Ok(Settled::Done), Ending::Nack { .. }) => "retrying",
-        (Ok(Settled::Done), Ending::Extend(_)) => "extended",
-        (Ok(Settled::Done), _) => "released",
-        (Ok(Settled::Dead), _) => "dead",
-        (Ok(Settled::Superseded), _) => "superseded",
-        (Ok(Settled::Cancelled), _) => "cancelled",
-        (Err(e), _) if e.kind() == ErrorKind::StaleDelivery => "stale",
-        (Err(e), _) if e.kind() == ErrorKind::Fenced => "fenced",
-        (Err(e), _) => {
-            return json!({
-                "outcome": "unknown",
-                "error": { "kind": format!("{:?}", e.kind()), "message": e.to_string() },
-            })
-        }
-    };
-    json!({ "outcome": word })
+    let word = ending.outcome_word(&r);
+    match r {
+        Err(e) if word == "unknown" => json!({
+            "outcome": word,
+            "error": { "kind": format!("{:?}", e.kind()), "message": e.to_string() },
+        }),
+        _ => json!({ "outcome": word }),
+    }
 }
 
 async fn settle(

@@ -83,6 +83,10 @@ pub(super) async fn take(
                 return Err(e);
             }
         };
+        // Slots asked nothing this pass (fewer wanted than slots: the last
+        // ones, see `spread`) may still give next pass, as may those that
+        // gave all they were asked.
+        let unasked = slots.split_off(asks.len().min(slots.len()));
         let mut again = Vec::new();
         for (&(slot, asked), reply) in asks.iter().zip(replies) {
             let popped = match reply {
@@ -106,6 +110,7 @@ pub(super) async fn take(
                     Delivery::new(m, settler.clone(), None, None).with_cap_permit(permit)
                 }));
         }
+        again.extend(unasked);
         slots = again;
     }
     rate::give_back(topic, rated - round.deliveries.len());
@@ -114,7 +119,8 @@ pub(super) async fn take(
 }
 
 /// `n` messages asked of `slots` as evenly as can be (the first slots get
-/// one more when it does not divide); slots asked nothing are left out.
+/// one more when it does not divide); slots asked nothing (the last ones,
+/// when `n` is below the number of slots) are left out.
 fn spread(n: usize, slots: &[u32]) -> Vec<(u32, usize)> {
     let (each, extra) = (n / slots.len(), n % slots.len());
     slots

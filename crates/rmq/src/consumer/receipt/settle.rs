@@ -47,6 +47,26 @@ pub enum Ending {
 }
 
 impl Ending {
+    /// One word for how a settle of this ending came out, as the HTTP API
+    /// and the CLI say it: `acked`, `retrying`, `dead`, `extended`,
+    /// `released`, `superseded`, `cancelled`, `stale` (not the current
+    /// delivery: its lease ran out, or it was settled already), `fenced`
+    /// (serial mode: the slot moved on), or `unknown` (the call failed).
+    pub fn outcome_word(&self, outcome: &Result<Settled>) -> &'static str {
+        match (outcome, self) {
+            (Ok(Settled::Done), Ending::Ack) => "acked",
+            (Ok(Settled::Done), Ending::Nack { .. }) => "retrying",
+            (Ok(Settled::Done), Ending::Extend(_)) => "extended",
+            (Ok(Settled::Done), Ending::Release) => "released",
+            (Ok(Settled::Done), Ending::Dead { .. }) | (Ok(Settled::Dead), _) => "dead",
+            (Ok(Settled::Superseded), _) => "superseded",
+            (Ok(Settled::Cancelled), _) => "cancelled",
+            (Err(e), _) if e.kind() == crate::ErrorKind::StaleDelivery => "stale",
+            (Err(e), _) if e.kind() == crate::ErrorKind::Fenced => "fenced",
+            (Err(_), _) => "unknown",
+        }
+    }
+
     fn op(&self) -> Op {
         match self {
             Ending::Ack => Op::Ack,
