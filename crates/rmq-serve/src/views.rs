@@ -118,6 +118,10 @@ pub struct DeliveryJson {
     due_ms: Option<i64>,
     /// When it was taken (Unix ms, server clock).
     taken_ms: i64,
+    /// Serial mode: the slot lease's epoch (fencing token) it was taken
+    /// under; it only grows. Pass it to downstream writes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fence: Option<u64>,
     /// When its lease runs out (Unix ms, server clock).
     lease_until_ms: i64,
     /// The same for every delivery of one message: for deduplication.
@@ -147,8 +151,8 @@ impl DeliveryJson {
         let (k, k64) = text_or_base64(&d.key);
         let (p, p64) = text_or_base64(&d.payload);
         let lease = i64::try_from(lease_ms).unwrap_or(i64::MAX);
-        let (attempt, slot, priority, due_ms, taken_ms) =
-            (d.attempt, d.slot, d.priority, d.due_ms, d.taken_ms);
+        let (attempt, slot, priority, due_ms, taken_ms, fence) =
+            (d.attempt, d.slot, d.priority, d.due_ms, d.taken_ms, d.fence);
         let message_id = d.stable_id();
         DeliveryJson {
             receipt: key.seal(topic, &d.into_receipt()),
@@ -161,6 +165,7 @@ impl DeliveryJson {
             priority,
             due_ms,
             taken_ms,
+            fence,
             lease_until_ms: taken_ms.saturating_add(lease),
             message_id,
         }

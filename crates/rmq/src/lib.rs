@@ -103,7 +103,7 @@ pub use admin::{DeadLetter, DeadSelection, Pending, SlotLease, Stats, TopicStats
 pub use client::{redact, Client, ClientOptions, Deleted, Password, ServerWarning, TlsOptions};
 pub use consumer::{
     ConsumerBuilder, Deliveries, Delivery, Ending, LeaseLost, OnDemand, Outcome, Pool,
-    PoolDeliveries, PoolLimits, Receipt, ReceiptKey, RunReport, Share, TopicLimit,
+    PoolDeliveries, PoolLimits, Receipt, ReceiptKey, RunReport, SerialMember, Share, TopicLimit,
 };
 pub use control::{
     CancelOutcome, DeadInfo, GroupMember, Lookup, Parked, PauseReport, Reschedule, Rescheduled,

@@ -20,7 +20,7 @@ use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use rmq::{
-    CancelOutcome, Delivery, ErrorKind, Message, Moved, Reschedule, Settled, State, Topic,
+    CancelOutcome, Delivery, Ending, ErrorKind, Message, Moved, Reschedule, Settled, State, Topic,
     TopicKind, TopicSpec,
 };
 
@@ -53,6 +53,13 @@ enum Op {
     AckTake(usize, usize),
     /// Extends the lease of a delivery in hand (by the lease).
     Extend(usize),
+    /// Takes through the topic's on-demand engine (what HTTP take uses).
+    TakeOnDemand {
+        n: usize,
+    },
+    /// Ends a delivery in hand by its receipt, sealed and opened again
+    /// (what HTTP settle does): 0 ack, 1 nack, 2 dead, 3 release.
+    ByReceipt(usize, u8),
     /// The consumer dies: every delivery in hand is abandoned without a
     /// word; after their leases expire, the next take rolls them back as
     /// failed attempts (dead after the maximum).
@@ -84,6 +91,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..3, 0u32..3).prop_map(|(key, prio)| Op::Reschedule { key, prio }),
         1 => Just(Op::Pause),
         1 => Just(Op::Resume),
+        2 => (1usize..4).prop_map(|n| Op::TakeOnDemand { n }),
+        3 => (any::<usize>(), 0u8..4).prop_map(|(i, how)| Op::ByReceipt(i, how)),
     ]
 }
 
@@ -592,6 +601,8 @@ fn run_model(
                     ..Model::default()
                 };
                 let mut hand: Vec<Delivery> = Vec::new();
+                let on_demand = topic.on_demand();
+                let receipt_key = client.receipt_key().await.unwrap();
                 // Stable id <-> (identity, payload): one to one.
                 let mut ids = BTreeMap::<String, (u64, String)>::new();
                 let mut versions = BTreeMap::<(u64, String), String>::new();
@@ -698,6 +709,54 @@ fn run_model(
                                     d.release().await.unwrap();
                                     model.release(&key);
                                 }
+                            }
+                        }
+                        Op::TakeOnDemand { n } => {
+                            let got = on_demand.take(n, lease, Duration::ZERO).await.unwrap();
+                            let want = match cap {
+                                None => model.take(n),
+                                Some(c) => {
+                                    prop_assert!(hand.len() + got.len() <= c as usize);
+                                    model.take(got.len())
+                                }
+                            };
+                            check_taken(&got, want, &mut ids, &mut versions)?;
+                            hand.extend(got);
+                        }
+                        Op::ByReceipt(i, how) if !hand.is_empty() => {
+                            let d = hand.remove(i % hand.len());
+                            let key = text(&d.key);
+                            let was = model.cancelled_in_flight.contains(&key);
+                            let sealed = receipt_key.seal(topic.name(), &d.into_receipt());
+                            let r = receipt_key.open(topic.name(), &sealed).unwrap();
+                            let ending = match how {
+                                0 => Ending::Ack,
+                                1 => Ending::Nack {
+                                    delay: Some(Duration::ZERO),
+                                    error: "failed".into(),
+                                },
+                                2 => Ending::Dead {
+                                    error: "poison".into(),
+                                },
+                                _ => Ending::Release,
+                            };
+                            let s = topic
+                                .settle_receipts(vec![(r, ending)])
+                                .await
+                                .pop()
+                                .unwrap()
+                                .unwrap();
+                            match how {
+                                0 => model.ack(&key),
+                                1 => {
+                                    prop_assert_eq!(s == Settled::Cancelled, was);
+                                    model.nack(&key);
+                                }
+                                2 => {
+                                    prop_assert_eq!(s == Settled::Cancelled, was);
+                                    model.dead(&key);
+                                }
+                                _ => model.release(&key),
                             }
                         }
                         Op::AckTake(i, n) if !hand.is_empty() => {

@@ -3,7 +3,7 @@
 //! take nor settle its messages (fencing by epoch).
 #![allow(clippy::unwrap_used)]
 mod common;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -200,34 +200,7 @@ type Log = Arc<Mutex<Vec<(u32, u64, Vec<u8>, Instant, Instant)>>>;
 
 /// Handlers of one slot never overlap and keys keep their order; every message is handled.
 fn check_log(log: &Log, sent: &HashMap<Vec<u8>, Vec<u32>>) {
-    let log = log.lock().unwrap();
-    let mut by_slot: BTreeMap<u32, Vec<(Instant, Instant, u64)>> = BTreeMap::new();
-    let mut seen: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
-    for (slot, fence, payload, start, end) in log.iter() {
-        by_slot
-            .entry(*slot)
-            .or_default()
-            .push((*start, *end, *fence));
-        let (key, seq) = payload.split_at(payload.iter().position(|&b| b == b'#').unwrap());
-        let seq: u32 = std::str::from_utf8(&seq[1..]).unwrap().parse().unwrap();
-        seen.entry(key.to_vec()).or_default().push(seq);
-    }
-    for (slot, mut iv) in by_slot {
-        iv.sort();
-        for w in iv.windows(2) {
-            assert!(w[0].1 <= w[1].0, "slot {slot}: two handlers overlapped");
-            assert!(w[0].2 <= w[1].2, "slot {slot}: fencing tokens only grow");
-        }
-    }
-    for (key, seqs) in sent {
-        let got = seen.get(key).cloned().unwrap_or_default();
-        assert_eq!(
-            &got,
-            seqs,
-            "key {:?}: every message once, in order",
-            text(key)
-        );
-    }
+    rmq_test_support::check_serial_log(&log.lock().unwrap(), sent);
 }
 
 #[tokio::test]

@@ -36,6 +36,17 @@ pub(crate) struct TakeBody {
     /// settle or extend before it runs out, or the message comes back as
     /// a failed attempt.
     lease_ms: Option<u64>,
+    /// Serial mode: the consumer group to take in (with `member`).
+    group: Option<String>,
+    /// Serial mode: this client's member id in the group (1 to 100 of
+    /// `A-Z a-z 0-9 _ . -`). The server keeps the member's slot leases
+    /// while the client takes or settles; each delivery carries its
+    /// `fence`.
+    member: Option<String>,
+    /// Serial mode: a member whose client neither takes nor settles for
+    /// this long is gone; its slots go to the others (1000..=600000 ms;
+    /// default 30000).
+    member_timeout_ms: Option<u64>,
 }
 
 /// What a take answered.
@@ -90,11 +101,34 @@ pub(crate) async fn take(
         )));
     }
     let key = st.takers.key(&st.client).await?;
-    let taker = st.takers.of(&t);
     let wait = Duration::from_millis(wait_ms).min(st.options.max_take_wait);
-    let got = taker
-        .take(max, Duration::from_millis(lease_ms), wait)
-        .await?;
+    let lease = Duration::from_millis(lease_ms);
+    let got = match (b.group, b.member) {
+        (None, None) => {
+            if b.member_timeout_ms.is_some() {
+                return Err(ApiError::bad_request(
+                    "member_timeout_ms goes with group and member; nothing was taken",
+                ));
+            }
+            st.takers.of(&t).take(max, lease, wait).await?
+        }
+        (Some(group), Some(member)) => {
+            let timeout_ms = b.member_timeout_ms.unwrap_or(30_000);
+            if !(1_000..=600_000).contains(&timeout_ms) {
+                return Err(ApiError::bad_request(format!(
+                    "member_timeout_ms must be 1000..=600000 (got {timeout_ms}); nothing was taken"
+                )));
+            }
+            let timeout = Duration::from_millis(timeout_ms);
+            let serial = st.takers.member(&t, &group, &member, timeout)?;
+            serial.take(max, lease, wait).await?
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "serial mode needs both group and member; nothing was taken",
+            ))
+        }
+    };
     let deliveries = got
         .into_iter()
         .map(|d| DeliveryJson::of(&name, key, d, lease_ms))
@@ -185,6 +219,9 @@ async fn settle(
                 format!("receipts[{i}]: {e}; nothing was settled"),
             )
         })?;
+        if let Some(member) = opened.member() {
+            st.takers.seen(name, member);
+        }
         batch.push((opened, ending.clone()));
     }
     let results = t

@@ -33,6 +33,7 @@ mod rate;
 mod receipt;
 mod runner;
 mod schedule;
+mod serial_member;
 mod settler;
 mod shared;
 mod take;
@@ -54,6 +55,7 @@ pub use on_demand::OnDemand;
 pub use pool::{Pool, PoolDeliveries, PoolLimits, Share, TopicLimit};
 pub use receipt::{Ending, Receipt, ReceiptKey};
 pub use runner::{Outcome, RunReport};
+pub use serial_member::SerialMember;
 
 use crate::group::{keep_leases, validate_group, Coordinator, RedisCoordinator, SerialConfig};
 use crate::topic::Topic;

@@ -60,6 +60,11 @@ impl Receipt {
         DeliveryId::parse(&self.id).map_or(0, |d| d.attempt)
     }
 
+    /// Serial mode: the group member it was taken by.
+    pub fn member(&self) -> Option<&str> {
+        self.fence.as_ref().map(|f| &*f.owner)
+    }
+
     /// Serial mode: the slot lease's epoch it was taken under.
     pub fn fence(&self) -> Option<u64> {
         self.fence.as_ref().map(|f| f.epoch)
