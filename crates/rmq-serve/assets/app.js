@@ -43,9 +43,17 @@ function maxOf(values, floor) {
 const fmt = new Intl.NumberFormat("en");
 const num = (n) => (n === undefined || n === null ? "" : fmt.format(n));
 const enc = encodeURIComponent;
+// A key or payload comes as text (`key`, `payload`), or as base64 when it
+// is not UTF-8 (`key_base64`, `payload_base64`): shown with a "base64:"
+// mark, and a key given back to the API the way it came.
+const bytesText = (o, f) => (o[f] !== undefined ? o[f] : o[`${f}_base64`] !== undefined ? `base64:${o[`${f}_base64`]}` : undefined);
+const keyText = (o) => bytesText(o, "key");
+const keyParam = (o) => (o.key !== undefined ? `key=${enc(o.key)}` : `key_base64=${enc(o.key_base64)}`);
+const keyBody = (o) => (o.key !== undefined ? { key: o.key } : { key_base64: o.key_base64 });
+const lookupHref = (name, o) => `#/topic/${enc(name)}/${o.key !== undefined ? `lookup/${enc(o.key)}` : `lookup64/${enc(o.key_base64)}`}`;
 // A key travels in the query, never as a path segment: the browser would
 // resolve the keys "." and ".." (even percent-encoded) as dot segments.
-const keyPath = (name, key) => `/topics/${enc(name)}/key?key=${enc(key)}`;
+const keyPath = (name, o) => `/topics/${enc(name)}/key?${keyParam(o)}`;
 
 function ago(ms) {
   if (ms === undefined || ms === null) return "";
@@ -243,9 +251,10 @@ async function topicPage(main, name, tab, arg) {
       card("due now", s.due_now, "due"), card("scheduled", s.scheduled), card("retry waiting", s.retry_waiting),
       card("in flight", s.in_flight), card("parked", s.behind_in_flight), card("dead letters", s.dead, "dead"),
       card("sent", s.sent), card("acked", s.acked), card("cancelled", s.cancelled)),
-    h("nav", { class: "tabs" }, TABS.map(([id, label]) => h("a", { href: `${base}/${id}`, class: id === tab ? "on" : "" }, label))),
+    h("nav", { class: "tabs" }, TABS.map(([id, label]) => h("a", { href: `${base}/${id}`, class: id === tab || (id === "lookup" && tab === "lookup64") ? "on" : "" }, label))),
     pane);
-  const tabs = { charts, slots, pending, lookup, dead, groups };
+  const lookup64 = (p, n, sp, k) => lookup(p, n, sp, k, true);
+  const tabs = { charts, slots, pending, lookup, lookup64, dead, groups };
   await (tabs[tab] || charts)(pane, name, spec, arg);
 }
 
@@ -293,19 +302,20 @@ async function slots(pane, name) {
 
 async function pending(pane, name, spec) {
   const v = await api("GET", `/topics/${enc(name)}/peek?limit=50`);
-  const base = `#/topic/${enc(name)}/lookup/`;
   pane.replaceChildren(h("div", { class: "panel" }, h("h2", {}, "The next 50 messages, in consumption order"), table(
     ["key", "payload", spec.kind === "priority" ? "priority" : "due", ["attempts", "num"], ["slot", "num"]],
     v.messages.map((m) => h("tr", {},
-      h("td", { class: "text" }, h("a", { href: base + enc(m.key) }, m.key)),
-      h("td", { class: "text" }, m.payload),
+      h("td", { class: "text" }, h("a", { href: lookupHref(name, m) }, keyText(m))),
+      h("td", { class: "text" }, bytesText(m, "payload")),
       h("td", {}, spec.kind === "priority" ? String(m.priority) : when(m.due_ms, Date.now())),
       h("td", { class: "num" }, m.attempts), h("td", { class: "num" }, m.slot))),
     { "data-testid": "pending" })));
 }
 
-async function lookup(pane, name, spec, key) {
+async function lookup(pane, name, spec, key, base64) {
   const input = h("input", { type: "search", placeholder: "merge key", "aria-label": "Key", value: key || "", "data-testid": "lookup-key" });
+  const b64 = h("input", { type: "checkbox", "aria-label": "The key is base64", "data-testid": "lookup-base64" });
+  b64.checked = !!base64;
   const basis = h("input", { type: "text", placeholder: "slot basis (if it differs)", "aria-label": "Slot basis" });
   const out = h("div", { "data-testid": "lookup-result" });
   const go = async (ev) => {
@@ -313,14 +323,15 @@ async function lookup(pane, name, spec, key) {
     if (!input.value) return;
     const q = basis.value ? `&slot_basis=${enc(basis.value)}` : "";
     try {
-      const l = await api("GET", `${keyPath(name, input.value)}${q}`);
+      const given = b64.checked ? { key_base64: input.value } : { key: input.value };
+      const l = await api("GET", `${keyPath(name, given)}${q}`);
       out.replaceChildren(lookupView(name, spec, l, basis.value));
     } catch (e) {
       out.replaceChildren(h("div", { class: "warn" }, e.message));
     }
   };
   pane.replaceChildren(h("div", { class: "panel" },
-    h("form", { class: "row", onsubmit: go }, input, basis, h("button", { class: "primary", type: "submit" }, "Look up")), out));
+    h("form", { class: "row", onsubmit: go }, input, h("label", {}, b64, " base64"), basis, h("button", { class: "primary", type: "submit" }, "Look up")), out));
   if (key) await go();
 }
 
@@ -329,7 +340,7 @@ function lookupView(name, spec, l, basis) {
   const rows = [
     ["state", h("span", { class: `state ${l.state}`, "data-testid": "state" }, l.state + (l.cancelled ? " (cancelled: ends at its settle)" : ""))],
     ["slot", l.slot],
-    ["payload", l.payload],
+    ["payload", bytesText(l, "payload")],
     ["attempts", l.attempts],
     ["priority", l.priority],
     ["due", when(l.due_ms, now)],
@@ -338,30 +349,30 @@ function lookupView(name, spec, l, basis) {
     ["fence (epoch)", l.fence],
     ["error", l.error],
   ];
-  if (l.parked) rows.push(["parked duplicate", `${l.parked.payload}${l.parked.due_ms ? ` — due ${when(l.parked.due_ms, now)}` : ""}${l.parked.priority !== undefined ? ` — priority ${l.parked.priority}` : ""}`]);
-  if (l.dead) rows.push(["dead letter", `${l.dead.payload} — ${l.dead.error} — after ${l.dead.attempts} attempts, ${when(l.dead.dead_at_ms, now)}`]);
+  if (l.parked) rows.push(["parked duplicate", `${bytesText(l.parked, "payload")}${l.parked.due_ms ? ` — due ${when(l.parked.due_ms, now)}` : ""}${l.parked.priority !== undefined ? ` — priority ${l.parked.priority}` : ""}`]);
+  if (l.dead) rows.push(["dead letter", `${bytesText(l.dead, "payload")} — ${l.dead.error} — after ${l.dead.attempts} attempts, ${when(l.dead.dead_at_ms, now)}`]);
   const dl = h("dl", { class: "kv" }, rows.filter(([, v]) => v !== undefined && v !== null && v !== "").map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
   const q = basis ? `&slot_basis=${enc(basis)}` : "";
-  const path = keyPath(name, l.key);
+  const path = keyPath(name, l);
   const acts = h("div", { class: "row" });
   if (server.actions && l.state !== "absent" && l.state !== "dead") {
     acts.append(actionButton("Cancel", () => {
-      if (!confirm(`Cancel every message of key ${JSON.stringify(l.key)}?`)) return;
-      act(`cancel ${l.key}`, async () => { const r = await api("DELETE", path + q); return r.outcome; });
+      if (!confirm(`Cancel every message of key ${JSON.stringify(keyText(l))}?`)) return;
+      act(`cancel ${keyText(l)}`, async () => { const r = await api("DELETE", path + q); return r.outcome; });
     }, "danger"));
   }
   if (server.actions && (l.state === "pending" || l.state === "retry-waiting")) {
     const field = spec.kind === "priority" ? "priority" : "delay";
     const val = h("input", { type: "number", min: 0, placeholder: field === "priority" ? "new priority" : "new delay in ms", "aria-label": field, "data-testid": "reschedule-value" });
-    acts.append(val, actionButton("Reschedule", () => act(`reschedule ${l.key}`, async () => {
+    acts.append(val, actionButton("Reschedule", () => act(`reschedule ${keyText(l)}`, async () => {
       if (val.value.trim() === "") throw new Error(`give the new ${field === "priority" ? "priority" : "delay in ms"}`);
       const body = { [field]: Number(val.value) };
       if (basis) body.slot_basis = basis;
-      const r = await api("POST", `/topics/${enc(name)}/key/reschedule?key=${enc(l.key)}`, body);
+      const r = await api("POST", `/topics/${enc(name)}/key/reschedule?${keyParam(l)}`, body);
       return r.due_ms ? `due ${when(r.due_ms)}` : `priority ${r.priority}`;
     })));
   }
-  return h("div", {}, h("h2", {}, "Key ", h("code", {}, l.key)), dl, acts);
+  return h("div", {}, h("h2", {}, "Key ", h("code", {}, keyText(l))), dl, acts);
 }
 
 async function dead(pane, name, spec, page) {
@@ -376,12 +387,12 @@ async function dead(pane, name, spec, page) {
       actionButton("Requeue all", () => { if (confirm("Requeue every dead letter of this topic?")) requeue({ all: true }, "requeue all"); }),
       actionButton("Purge all", () => { if (confirm("Delete every dead letter of this topic? This cannot be undone.")) purge({ all: true }, "purge all"); }, "danger")),
     table(["key", "payload", "error", ["attempts", "num"], "died", ["deaths", "num"], ["slot", "num"], ""],
-      v.dead.map((d) => h("tr", { dataset: { key: d.key } },
-        h("td", { class: "text" }, h("a", { href: `#/topic/${enc(name)}/lookup/${enc(d.key)}` }, d.key)),
-        h("td", { class: "text" }, d.payload), h("td", { class: "text" }, d.error),
+      v.dead.map((d) => h("tr", { dataset: { key: keyText(d) } },
+        h("td", { class: "text" }, h("a", { href: lookupHref(name, d) }, keyText(d))),
+        h("td", { class: "text" }, bytesText(d, "payload")), h("td", { class: "text" }, d.error),
         h("td", { class: "num" }, d.attempts), h("td", {}, when(d.dead_at_ms, Date.now())), h("td", { class: "num" }, d.deaths), h("td", { class: "num" }, d.slot),
-        h("td", {}, actionButton("Requeue", () => requeue({ key: d.key }, `requeue ${d.key}`)), " ",
-          actionButton("Purge", () => { if (confirm(`Delete the dead letter of ${JSON.stringify(d.key)}?`)) purge({ key: d.key }, `purge ${d.key}`); }, "danger")))),
+        h("td", {}, actionButton("Requeue", () => requeue(keyBody(d), `requeue ${keyText(d)}`)), " ",
+          actionButton("Purge", () => { if (confirm(`Delete the dead letter of ${JSON.stringify(keyText(d))}?`)) purge(keyBody(d), `purge ${keyText(d)}`); }, "danger")))),
       { "data-testid": "dead" }),
     h("div", { class: "row" },
       p > 0 ? h("a", { href: base + (p - 1) }, "← earlier deaths") : null,

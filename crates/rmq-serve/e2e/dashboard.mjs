@@ -70,6 +70,18 @@ try {
       await page.waitForFunction((k) => document.querySelector("#status").innerText.includes(`cancel ${k}: cancelled`), key);
     }
 
+    // A key that is not UTF-8 shows as base64, and its dead letter is
+    // requeued and looked up by clicking.
+    await go("#/topic/dots/dead");
+    const binary = page.locator('tr[data-key="base64://5i"]');
+    await binary.waitFor();
+    expect((await binary.innerText()).includes("base64:/wA="), "its payload shows as base64");
+    await binary.locator("button[data-action=Requeue]").click();
+    await page.waitForFunction(() => document.querySelector("#status").innerText.includes("1 requeued"));
+    await go("#/topic/dots/lookup64/%2F%2F5i");
+    await page.waitForFunction(() => document.querySelector("[data-testid=state]")?.innerText === "pending", null, { timeout: 10000 });
+    await shot("binary-key");
+
     // Requeue a dead letter by clicking: it is pending again.
     await go("#/topic/orders/dead");
     const row = page.locator('tr[data-key="broken-1"]');

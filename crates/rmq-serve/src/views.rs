@@ -1,7 +1,9 @@
 //! What the API (and the CLI) print of the library's answers: JSON views
-//! in which every key, payload and error is text (bytes that are not UTF-8
-//! are replaced, never passed on raw), with the field names the README
-//! documents.
+//! with the field names the README documents. A key or payload that is
+//! valid UTF-8 is a JSON string (`key`, `payload`); one that is not comes
+//! as standard padded base64 instead (`key_base64`, `payload_base64`), so
+//! that it round-trips: exactly one of each pair is present. Errors are
+//! text.
 
 use base64::Engine;
 use rmq::Lookup;
@@ -12,9 +14,73 @@ pub fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// A merge key: `key` when it is UTF-8, else `key_base64`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct KeyField {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_base64: Option<String>,
+}
+
+impl KeyField {
+    pub fn of(b: &[u8]) -> KeyField {
+        let (key, key_base64) = text_or_base64(b);
+        KeyField { key, key_base64 }
+    }
+}
+
+/// A payload: `payload` when it is UTF-8, else `payload_base64`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct PayloadField {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_base64: Option<String>,
+}
+
+impl PayloadField {
+    pub fn of(b: &[u8]) -> PayloadField {
+        let (payload, payload_base64) = text_or_base64(b);
+        PayloadField {
+            payload,
+            payload_base64,
+        }
+    }
+}
+
+/// `fields` (a JSON object) with the key added by the rule above.
+pub fn with_key(fields: serde_json::Value, key: &[u8]) -> serde_json::Value {
+    merged(fields, serde_json::to_value(KeyField::of(key)))
+}
+
+/// `fields` (a JSON object) with the key and payload added by the rule
+/// above.
+pub fn with_key_and_payload(
+    fields: serde_json::Value,
+    key: &[u8],
+    payload: &[u8],
+) -> serde_json::Value {
+    merged(
+        with_key(fields, key),
+        serde_json::to_value(PayloadField::of(payload)),
+    )
+}
+
+fn merged(
+    mut into: serde_json::Value,
+    part: serde_json::Result<serde_json::Value>,
+) -> serde_json::Value {
+    if let (Some(o), Ok(serde_json::Value::Object(p))) = (into.as_object_mut(), part) {
+        o.extend(p);
+    }
+    into
+}
+
 #[derive(Serialize)]
 pub struct ParkedJson {
-    payload: String,
+    #[serde(flatten)]
+    payload: PayloadField,
     #[serde(skip_serializing_if = "Option::is_none")]
     priority: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -23,7 +89,8 @@ pub struct ParkedJson {
 
 #[derive(Serialize)]
 pub struct DeadJson {
-    payload: String,
+    #[serde(flatten)]
+    payload: PayloadField,
     attempts: u32,
     error: String,
     dead_at_ms: i64,
@@ -33,11 +100,12 @@ pub struct DeadJson {
 /// `rmq get --json`: one line.
 #[derive(Serialize)]
 pub struct LookupJson {
-    key: String,
+    #[serde(flatten)]
+    key: KeyField,
     state: &'static str,
     slot: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payload: Option<String>,
+    #[serde(flatten)]
+    payload: Option<PayloadField>,
     attempts: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     priority: Option<u32>,
@@ -63,10 +131,10 @@ pub struct LookupJson {
 impl LookupJson {
     pub fn of(l: &Lookup) -> LookupJson {
         LookupJson {
-            key: lossy(&l.key),
+            key: KeyField::of(&l.key),
             state: l.state.name(),
             slot: l.slot,
-            payload: l.payload.as_deref().map(lossy),
+            payload: l.payload.as_deref().map(PayloadField::of),
             attempts: l.attempts,
             priority: l.priority,
             due_ms: l.due_ms,
@@ -76,12 +144,12 @@ impl LookupJson {
             error: l.error.clone(),
             cancelled: l.cancelled,
             parked: l.parked.as_ref().map(|p| ParkedJson {
-                payload: lossy(&p.payload),
+                payload: PayloadField::of(&p.payload),
                 priority: p.priority,
                 due_ms: p.due_ms,
             }),
             dead: l.dead.as_ref().map(|d| DeadJson {
-                payload: lossy(&d.payload),
+                payload: PayloadField::of(&d.payload),
                 attempts: d.attempts,
                 error: d.error.clone(),
                 dead_at_ms: d.dead_at_ms,
@@ -99,14 +167,10 @@ impl LookupJson {
 pub struct DeliveryJson {
     /// Settles this delivery (opaque).
     receipt: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    key: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    key_base64: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payload: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payload_base64: Option<String>,
+    #[serde(flatten)]
+    key: KeyField,
+    #[serde(flatten)]
+    payload: PayloadField,
     /// 1 for the first delivery of the message.
     attempt: u32,
     slot: u32,
@@ -148,18 +212,15 @@ impl DeliveryJson {
     /// The delivery as a client sees it, handed on as a receipt sealed with
     /// `key` (taken with leases of `lease_ms`).
     pub fn of(topic: &str, key: &rmq::ReceiptKey, d: rmq::Delivery, lease_ms: u64) -> DeliveryJson {
-        let (k, k64) = text_or_base64(&d.key);
-        let (p, p64) = text_or_base64(&d.payload);
+        let (key_field, payload) = (KeyField::of(&d.key), PayloadField::of(&d.payload));
         let lease = i64::try_from(lease_ms).unwrap_or(i64::MAX);
         let (attempt, slot, priority, due_ms, taken_ms, fence) =
             (d.attempt, d.slot, d.priority, d.due_ms, d.taken_ms, d.fence);
         let message_id = d.stable_id();
         DeliveryJson {
             receipt: key.seal(topic, &d.into_receipt()),
-            key: k,
-            key_base64: k64,
-            payload: p,
-            payload_base64: p64,
+            key: key_field,
+            payload,
             attempt,
             slot,
             priority,

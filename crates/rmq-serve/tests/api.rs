@@ -879,3 +879,99 @@ async fn pages_of_other_sites_can_neither_act_nor_read_by_rebinding() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn a_key_and_payload_that_are_not_utf8_round_trip_as_base64_on_every_route() {
+    use base64::Engine;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let s = Server::start(Access::Token(TOKEN.into())).await;
+    let t = s
+        .client
+        .define_topic(TopicSpec::new("bin", TopicKind::Priority).slots(2))
+        .await
+        .unwrap();
+    let (key, payload) = (vec![0xff, b'k', 0], vec![0xfe, 1]);
+    t.send(
+        rmq::Message::new(payload.clone())
+            .key(key.clone())
+            .priority(1),
+    )
+    .await
+    .unwrap();
+    let q = format!(
+        "key_base64={}",
+        b64(&key).replace('+', "%2B").replace('/', "%2F")
+    );
+    let (_, peek) = s.get("/api/v1/topics/bin/peek").await;
+    let m = &peek["messages"][0];
+    assert_eq!(
+        (m["key_base64"].as_str(), m["key"].as_str()),
+        (Some(&*b64(&key)), None),
+        "{m}"
+    );
+    assert_eq!(m["payload_base64"].as_str(), Some(&*b64(&payload)), "{m}");
+    let (st, l) = s.get(&format!("/api/v1/topics/bin/key?{q}")).await;
+    assert_eq!(st, StatusCode::OK, "{l}");
+    assert_eq!(
+        (l["state"].as_str(), l["key_base64"].as_str()),
+        (Some("pending"), Some(&*b64(&key)))
+    );
+    let (st, r) = s
+        .post(
+            &format!("/api/v1/topics/bin/key/reschedule?{q}"),
+            json!({"priority": 9}),
+        )
+        .await;
+    assert_eq!(
+        (st, r["key_base64"].as_str()),
+        (StatusCode::OK, Some(&*b64(&key))),
+        "{r}"
+    );
+    let d = t.take(1).await.unwrap().pop().unwrap();
+    d.dead("bad").await.unwrap();
+    let (_, dead) = s.get("/api/v1/topics/bin/dead").await;
+    assert_eq!(
+        dead["dead"][0]["key_base64"].as_str(),
+        Some(&*b64(&key)),
+        "{dead}"
+    );
+    let (st, v) = s
+        .post(
+            "/api/v1/topics/bin/dead/requeue",
+            json!({"key_base64": b64(&key)}),
+        )
+        .await;
+    assert_eq!(
+        (st, v["requeued"].as_u64()),
+        (StatusCode::OK, Some(1)),
+        "{v}"
+    );
+    let (st, v) = s
+        .act(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/topics/bin/key?{q}"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (st, v["cancelled"].as_bool()),
+        (StatusCode::OK, Some(true)),
+        "{v}"
+    );
+    // A key given twice, or base64 that is not: 400, nothing changed.
+    for path in [
+        format!("/api/v1/topics/bin/key?key=k&{q}"),
+        "/api/v1/topics/bin/key?key_base64=%21%21".to_string(),
+        "/api/v1/topics/bin/key".to_string(),
+    ] {
+        let (st, v) = s.get(&path).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{path}: {v}");
+    }
+    let (st, v) = s
+        .post(
+            "/api/v1/topics/bin/dead/purge",
+            json!({"key": "k", "key_base64": "aw=="}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+}

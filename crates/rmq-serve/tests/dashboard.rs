@@ -126,6 +126,30 @@ async fn fill(client: &Client) -> rmq::CancellationToken {
             .await
             .unwrap();
     }
+    // A key and payload that are not UTF-8 (shown and named as base64:
+    // "//5i"), dead: the page requeues it.
+    dots.send(
+        Message::new(vec![0xff, 0])
+            .key(vec![0xff, 0xfe, b'b'])
+            .priority(0),
+    )
+    .await
+    .unwrap();
+    loop {
+        let got = dots.take(3).await.unwrap();
+        let mut found = false;
+        for d in got {
+            if d.key == [0xff, 0xfe, b'b'] {
+                d.dead("not text").await.unwrap();
+                found = true;
+            } else {
+                d.release().await.unwrap();
+            }
+        }
+        if found {
+            break;
+        }
+    }
     let payments = client
         .define_topic(TopicSpec::new("payments", TopicKind::Priority).slots(4))
         .await
@@ -166,6 +190,12 @@ async fn a_user_finds_looks_up_cancels_requeues_and_pauses_in_the_browser() {
     );
     let t = orders.stats().await.unwrap().total;
     assert_eq!((t.cancelled, t.dead, t.paused_slots), (1, 0, 8));
+    let dots = client.topic("dots").await.unwrap();
+    assert_eq!(
+        dots.get(&[0xff, 0xfe, b'b']).await.unwrap().state,
+        rmq::State::Pending,
+        "the binary key's dead letter was requeued from the page"
+    );
 
     // The same data through a read-only server: nothing to click.
     let ro = serve(&client, Access::ReadOnly, Duration::from_millis(300)).await;

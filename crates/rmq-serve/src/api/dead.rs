@@ -44,21 +44,27 @@ pub(crate) async fn dead_page(
         .iter()
         .skip(offset)
         .map(|d| {
-            json!({
-                "key": lossy(&d.key), "payload": lossy(&d.payload), "slot": d.slot,
-                "attempts": d.attempts, "error": d.error, "dead_at_ms": d.dead_at_ms, "deaths": d.deaths,
-            })
+            with_key_and_payload(
+                json!({
+                    "slot": d.slot, "attempts": d.attempts, "error": d.error,
+                    "dead_at_ms": d.dead_at_ms, "deaths": d.deaths,
+                }),
+                &d.key,
+                &d.payload,
+            )
         })
         .collect();
     Ok(json!({ "offset": offset, "limit": limit, "dead": page }))
 }
 
-/// Which dead letters: `{"key": ".."}`, `{"all": true}`, or (purge)
+/// Which dead letters: `{"key": ".."}` (or `{"key_base64": ".."}` for a
+/// key that is not UTF-8), `{"all": true}`, or (purge)
 /// `{"older_than_ms": N}`.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct DeadBody {
     key: Option<String>,
+    key_base64: Option<String>,
     #[serde(default)]
     all: bool,
     older_than_ms: Option<u64>,
@@ -66,8 +72,9 @@ pub(crate) struct DeadBody {
 
 impl DeadBody {
     fn selection(self) -> ApiResult<DeadSelection> {
-        match (self.key, self.all, self.older_than_ms) {
-            (Some(k), false, None) => Ok(DeadSelection::Key(k.into_bytes())),
+        let key = key_bytes(self.key, self.key_base64, false)?;
+        match (key, self.all, self.older_than_ms) {
+            (Some(k), false, None) => Ok(DeadSelection::Key(k)),
             (None, true, None) => Ok(DeadSelection::All),
             (None, false, Some(ms)) => Ok(DeadSelection::OlderThan(Duration::from_millis(ms))),
             _ => Err(ApiError::bad_request(

@@ -13,9 +13,18 @@ use super::*;
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct KeyQuery {
-    /// Merge key.
-    key: String,
+    /// Merge key (text).
+    key: Option<String>,
+    /// Merge key, standard base64: for a key that is not UTF-8.
+    key_base64: Option<String>,
     slot_basis: Option<String>,
+}
+
+impl KeyQuery {
+    fn key(self) -> ApiResult<(Vec<u8>, Option<Vec<u8>>)> {
+        let key = key_bytes(self.key, self.key_base64, true)?.unwrap_or_default();
+        Ok((key, self.slot_basis.map(String::into_bytes)))
+    }
 }
 
 #[utoipa::path(
@@ -36,7 +45,8 @@ pub(crate) async fn lookup_q(
     Path(name): Path<String>,
     Query(q): Query<KeyQuery>,
 ) -> ApiResult<Json<LookupJson>> {
-    lookup_key(&st, &name, q.key, q.slot_basis).await
+    let (key, basis) = q.key()?;
+    lookup_key(&st, &name, key, basis).await
 }
 
 #[utoipa::path(
@@ -61,15 +71,18 @@ pub(crate) async fn cancel_one_q(
     Path(name): Path<String>,
     Query(q): Query<KeyQuery>,
 ) -> ApiResult<Json<Value>> {
-    cancel_key(&st, &name, q.key, q.slot_basis).await
+    let (key, basis) = q.key()?;
+    cancel_key(&st, &name, key, basis).await
 }
 
 /// The key of a reschedule given in the query.
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct KeyOnly {
-    /// Merge key.
-    key: String,
+    /// Merge key (text).
+    key: Option<String>,
+    /// Merge key, standard base64: for a key that is not UTF-8.
+    key_base64: Option<String>,
 }
 
 #[utoipa::path(
@@ -96,5 +109,6 @@ pub(crate) async fn reschedule_q(
     Query(q): Query<KeyOnly>,
     b: Result<Json<RescheduleBody>, JsonRejection>,
 ) -> ApiResult<Json<Value>> {
-    reschedule_key(&st, &name, q.key, body(b)?).await
+    let key = key_bytes(q.key, q.key_base64, true)?.unwrap_or_default();
+    reschedule_key(&st, &name, key, body(b)?).await
 }

@@ -196,31 +196,35 @@ pub(crate) async fn lookup(
     Path((name, key)): Path<(String, String)>,
     Query(q): Query<Basis>,
 ) -> ApiResult<Json<LookupJson>> {
-    lookup_key(&st, &name, key, q.slot_basis).await
+    let basis = q.slot_basis.map(String::into_bytes);
+    lookup_key(&st, &name, key.into_bytes(), basis).await
 }
 
 pub(crate) async fn lookup_key(
     st: &AppState,
     name: &str,
-    key: String,
-    slot_basis: Option<String>,
+    key: Vec<u8>,
+    slot_basis: Option<Vec<u8>>,
 ) -> ApiResult<Json<LookupJson>> {
     let t = topic(st, name).await?;
     let basis = slot_basis.unwrap_or_else(|| key.clone());
-    let l = t.get_in(key.as_bytes(), basis.as_bytes()).await?;
+    let l = t.get_in(&key, &basis).await?;
     Ok(Json(LookupJson::of(&l)))
 }
 
-pub(crate) fn cancel_json(key: &str, o: CancelOutcome) -> Value {
+pub(crate) fn cancel_json(key: &[u8], o: CancelOutcome) -> Value {
     let outcome = match o {
         CancelOutcome::Cancelled(_) => "cancelled",
         CancelOutcome::WillNotRetry { .. } => "will-not-retry",
         CancelOutcome::Dead => "dead",
         CancelOutcome::Absent => "absent",
     };
-    json!({
-        "key": key, "cancelled": o.cancelled(), "state": o.state_before().name(), "outcome": outcome,
-    })
+    with_key(
+        json!({
+            "cancelled": o.cancelled(), "state": o.state_before().name(), "outcome": outcome,
+        }),
+        key,
+    )
 }
 
 #[utoipa::path(
@@ -245,18 +249,19 @@ pub(crate) async fn cancel_one(
     Path((name, key)): Path<(String, String)>,
     Query(q): Query<Basis>,
 ) -> ApiResult<Json<Value>> {
-    cancel_key(&st, &name, key, q.slot_basis).await
+    let basis = q.slot_basis.map(String::into_bytes);
+    cancel_key(&st, &name, key.into_bytes(), basis).await
 }
 
 pub(crate) async fn cancel_key(
     st: &AppState,
     name: &str,
-    key: String,
-    slot_basis: Option<String>,
+    key: Vec<u8>,
+    slot_basis: Option<Vec<u8>>,
 ) -> ApiResult<Json<Value>> {
     let t = topic(st, name).await?;
     let basis = slot_basis.unwrap_or_else(|| key.clone());
-    let out = t.cancel_in(&[key.as_bytes()], basis.as_bytes()).await?;
+    let out = t.cancel_in(&[&key], &basis).await?;
     let o = out.first().copied().unwrap_or(CancelOutcome::Absent);
     Ok(Json(cancel_json(&key, o)))
 }
@@ -305,7 +310,7 @@ pub(crate) async fn cancel_many(
         .0
         .iter()
         .zip(out)
-        .map(|(k, o)| cancel_json(k, o))
+        .map(|(k, o)| cancel_json(k.as_bytes(), o))
         .collect();
     Ok(Json(json!({ "results": results })))
 }
@@ -342,13 +347,13 @@ pub(crate) async fn reschedule(
     Path((name, key)): Path<(String, String)>,
     b: Result<Json<RescheduleBody>, JsonRejection>,
 ) -> ApiResult<Json<Value>> {
-    reschedule_key(&st, &name, key, body(b)?).await
+    reschedule_key(&st, &name, key.into_bytes(), body(b)?).await
 }
 
 pub(crate) async fn reschedule_key(
     st: &AppState,
     name: &str,
-    key: String,
+    key: Vec<u8>,
     r: RescheduleBody,
 ) -> ApiResult<Json<Value>> {
     let to = match (r.at, r.delay, r.priority) {
@@ -362,17 +367,18 @@ pub(crate) async fn reschedule_key(
         }
     };
     let t = topic(st, name).await?;
-    let basis = r.slot_basis.unwrap_or_else(|| key.clone());
-    let done = t
-        .reschedule_in(key.as_bytes(), basis.as_bytes(), to)
-        .await?;
+    let basis = r.slot_basis.map_or_else(|| key.clone(), String::into_bytes);
+    let done = t.reschedule_in(&key, &basis, to).await?;
     let moved = match done.moved {
         rmq::Moved::Pending => "pending",
         rmq::Moved::RetryWaiting => "retry-waiting",
         rmq::Moved::Parked => "parked",
     };
-    Ok(Json(json!({
-        "key": key, "rescheduled": true, "slot": done.slot, "moved": moved,
-        "priority": done.priority, "due_ms": done.due_ms,
-    })))
+    Ok(Json(with_key(
+        json!({
+            "rescheduled": true, "slot": done.slot, "moved": moved,
+            "priority": done.priority, "due_ms": done.due_ms,
+        }),
+        &key,
+    )))
 }

@@ -21,7 +21,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::bounded::Capped;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::reads::{flight, JsonBody};
-use crate::views::{lossy, LookupJson};
+use crate::views::{with_key, with_key_and_payload, LookupJson};
 use crate::AppState;
 
 mod consume;
@@ -108,6 +108,33 @@ fn body<T>(b: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
         ),
         _ => ApiError::bad_request(format!("the request body is not valid: {}", e.body_text())),
     })
+}
+
+/// A key given as text (`key`) or, for one that is not UTF-8, as standard
+/// base64 (`key_base64`): one of the two (None when neither and not
+/// `required`).
+fn key_bytes(
+    key: Option<String>,
+    key_base64: Option<String>,
+    required: bool,
+) -> ApiResult<Option<Vec<u8>>> {
+    use base64::Engine;
+    match (key, key_base64) {
+        (Some(k), None) => Ok(Some(k.into_bytes())),
+        (None, Some(b)) => base64::engine::general_purpose::STANDARD
+            .decode(b.as_bytes())
+            .map(Some)
+            .map_err(|e| {
+                ApiError::bad_request(format!("key_base64 is not base64: {e}; nothing was done"))
+            }),
+        (None, None) if !required => Ok(None),
+        (None, None) => Err(ApiError::bad_request(
+            "give the key as key (text) or key_base64; nothing was done",
+        )),
+        (Some(_), Some(_)) => Err(ApiError::bad_request(
+            "give key or key_base64, not both; nothing was done",
+        )),
+    }
 }
 
 async fn topic(st: &AppState, name: &str) -> ApiResult<Topic> {

@@ -395,10 +395,14 @@ pub(crate) async fn peek_page(
         .iter()
         .skip(offset)
         .map(|p| {
-            json!({
-                "key": lossy(&p.key), "payload": lossy(&p.payload), "slot": p.slot,
-                "attempts": p.attempts, "priority": p.priority, "due_ms": p.due_ms,
-            })
+            with_key_and_payload(
+                json!({
+                    "slot": p.slot, "attempts": p.attempts, "priority": p.priority,
+                    "due_ms": p.due_ms,
+                }),
+                &p.key,
+                &p.payload,
+            )
         })
         .collect();
     Ok(json!({ "offset": offset, "limit": limit, "messages": out }))
