@@ -64,6 +64,17 @@ fn starts(log: &Path) -> Vec<(u32, u128, u64)> {
 
 #[test]
 fn a_handler_whose_slot_lease_is_lost_is_killed_before_the_new_owner_starts_its_message() {
+    lease_lost_stops_the_handler(false);
+}
+
+#[test]
+fn a_worker_whose_slot_lease_is_lost_is_killed_before_the_new_owner_starts_its_message() {
+    lease_lost_stops_the_handler(true);
+}
+
+/// `--exec` handler or (`worker`) long-lived `--worker`: its start is
+/// logged as `S <pid> <ns> <fence>`, then it hangs.
+fn lease_lost_stops_the_handler(worker: bool) {
     let env = Env::new();
     env.ok(&[
         "topic",
@@ -79,10 +90,20 @@ fn a_handler_whose_slot_lease_is_lost_is_killed_before_the_new_owner_starts_its_
     env.ok(&["send", "h", "m1", "--delay", "0"]);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
-    let handler = format!(
-        "echo \"S $$ $(date +%s%N) $RMQ_FENCE\" >> {}; sleep 10",
-        log.display()
-    );
+    let handler = if worker {
+        format!(
+            "while read line; do \
+             f=$(printf '%s' \"$line\" | sed 's/.*\"fence\":\\([0-9]*\\).*/\\1/'); \
+             echo \"S $$ $(date +%s%N) $f\" >> {}; sleep 10; done",
+            log.display()
+        )
+    } else {
+        format!(
+            "echo \"S $$ $(date +%s%N) $RMQ_FENCE\" >> {}; sleep 10",
+            log.display()
+        )
+    };
+    let mode = if worker { "--worker" } else { "--exec" };
     let serial = |url: &str| {
         let mut c = bin();
         c.args([
@@ -97,7 +118,7 @@ fn a_handler_whose_slot_lease_is_lost_is_killed_before_the_new_owner_starts_its_
             "3000",
             "--member-timeout",
             "3000",
-            "--exec",
+            mode,
             &handler,
         ]);
         c

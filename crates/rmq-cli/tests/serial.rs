@@ -14,7 +14,12 @@ use support::*;
 
 #[test]
 fn serial_consumer_processes_never_overlap_a_slot_and_keep_entity_order() {
-    let g = Group::new();
+    three_members_handle_each_message_once_in_order(Group::new());
+}
+
+/// Three members drain the group's topic: each message handled once, in
+/// order per entity, no two handlers of a slot at once.
+fn three_members_handle_each_message_once_in_order(g: Group) {
     let cs: Vec<Child> = (0..3).map(|_| g.consumer()).collect();
     g.wait_all_acked();
     for c in cs {
@@ -25,6 +30,32 @@ fn serial_consumer_processes_never_overlap_a_slot_and_keep_entity_order() {
         ENTITIES * PER_ENTITY,
         "each message handled once"
     );
+    g.assert_drained();
+}
+
+#[test]
+fn serial_consumers_with_workers_never_overlap_a_slot_and_keep_entity_order() {
+    three_members_handle_each_message_once_in_order(Group::with_workers());
+}
+
+#[test]
+fn workers_of_members_joining_leaving_and_crashing_never_overlap_a_slot() {
+    let g = Group::with_workers();
+    let a = g.consumer();
+    let b = g.consumer();
+    std::thread::sleep(Duration::from_millis(400));
+    let c = g.consumer(); // joins
+    std::thread::sleep(Duration::from_millis(300));
+    let mut a = a;
+    kill("-9", &a.id().to_string()); // crashes: its workers die with it
+    let _ = a.wait();
+    stop(b); // leaves gracefully
+    let d = g.consumer(); // joins late
+    g.wait_all_acked();
+    for x in [c, d] {
+        stop(x);
+    }
+    assert!(g.check(false) >= ENTITIES * PER_ENTITY);
     g.assert_drained();
 }
 

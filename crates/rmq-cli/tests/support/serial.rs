@@ -21,6 +21,8 @@ pub struct Group {
     pub dir: tempfile::TempDir,
     /// The consumers' membership flags (coordinator, timeouts).
     membership: Vec<String>,
+    /// Handlers as long-lived `--worker`s instead of `--exec`.
+    workers: bool,
 }
 
 impl Group {
@@ -71,10 +73,35 @@ impl Group {
              echo \"E $RMQ_SLOT $RMQ_FENCE x $(date +%s%N)\" >> \"$log\"\n",
         )
         .unwrap();
+        // The same log from a long-lived worker (`--worker`): one line in,
+        // one result out, one O_APPEND write per log line.
+        std::fs::write(
+            dir.path().join("worker.py"),
+            "import json, os, random, sys, time\n\
+             log = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT)\n\
+             def note(kind, m, p):\n\
+             \x20   os.write(log, f\"{kind} {m['slot']} {m['fence']} {p} {time.time_ns()}\\n\".encode())\n\
+             for line in sys.stdin:\n\
+             \x20   m = json.loads(line)\n\
+             \x20   note('S', m, m.get('payload') or '-')\n\
+             \x20   time.sleep(random.randint(1, 3) / 100)\n\
+             \x20   note('E', m, 'x')\n\
+             \x20   print(json.dumps({'id': m['id'], 'outcome': 'ack'}), flush=True)\n",
+        )
+        .unwrap();
         Group {
             env,
             dir,
             membership: membership.iter().map(|s| s.to_string()).collect(),
+            workers: false,
+        }
+    }
+
+    /// Redis membership as [`Group::new`], handlers as `--worker`s.
+    pub fn with_workers() -> Group {
+        Group {
+            workers: true,
+            ..Group::new()
         }
     }
 
@@ -85,9 +112,19 @@ impl Group {
             self.dir.path().join("handler.sh").display(),
             self.dir.path().join("log").display()
         );
+        let worker = format!(
+            "python3 {} {}",
+            self.dir.path().join("worker.py").display(),
+            self.dir.path().join("log").display()
+        );
         let mut args = vec!["consume", "s", "--serial", "--group", "g"];
         args.extend(self.membership.iter().map(String::as_str));
-        args.extend(["--concurrency", "4", "--exec", &exec]);
+        args.extend(["--concurrency", "4"]);
+        if self.workers {
+            args.extend(["--worker", &worker, "--workers", "2"]);
+        } else {
+            args.extend(["--exec", &exec]);
+        }
         self.env
             .cmd(&args)
             .stdin(Stdio::null())

@@ -10,7 +10,8 @@ pub struct ConsumeArgs {
     /// Topic name, or several comma-separated: one pool over them, each
     /// topic's share adapted to how its handler keeps up (see --no-adaptive)
     pub topic: String,
-    /// Stop after N deliveries were ended
+    /// Stop after N deliveries were ended. Never takes more than N: no
+    /// message beyond them is moved or given back
     #[arg(long, value_name = "N")]
     pub max: Option<u64>,
     /// Stop after MS milliseconds with nothing received or running
@@ -36,8 +37,9 @@ pub struct ConsumeArgs {
     /// each with a line on stdout, in any order: {"id", "outcome": "ack" |
     /// "retry" | "dead", "error"?, "retry_after_ms"?}. Write logs to stderr
     /// (shown as [worker N]): any other stdout line restarts the worker. A
-    /// worker that exits is started again; what it held is retried
-    #[arg(long, value_name = "CMD", conflicts_with_all = ["exec", "fail", "serial"])]
+    /// worker that exits is started again; what it held is retried. Serial
+    /// mode: a worker holding a delivery whose slot lease is lost is killed
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["exec", "fail"])]
     pub worker: Option<String>,
     /// --worker: how many workers run
     #[arg(long, value_name = "N", default_value_t = 1, requires = "worker",

@@ -12,8 +12,11 @@
 //! it may have done part of the work). A delivery past its timeout
 //! (`--timeout`, else the topic's) is retried and its worker killed and
 //! started again, since a hung handler cannot be stopped otherwise; the
-//! other deliveries it held are retried too. On SIGINT/SIGTERM/SIGHUP the
-//! deliveries in hand are released and the workers killed.
+//! other deliveries it held are retried too. In serial mode, a worker that
+//! holds a delivery whose slot lease is lost is killed (and waited for)
+//! before the message goes back, so no handler runs on while another
+//! member handles the slot. On SIGINT/SIGTERM/SIGHUP the deliveries in
+//! hand are released and the workers killed.
 
 mod lines;
 mod process;
@@ -94,7 +97,21 @@ pub(super) async fn handle_worker(ctx: &Ctx, d: Delivery, workers: &Workers) -> 
             Ok(Ok(Ok(verdict))) => verdict,
             Ok(Ok(Err(why))) => Verdict::retry(why),
             Ok(Err(_)) => Verdict::retry(format!("worker {} stopped", worker.0.number)),
-            Err(LeaseLost) => return Ended::Failed,
+            Err(LeaseLost) => {
+                // Serial mode: another member may take the slot's message
+                // now. A worker cannot be told to drop one delivery: it is
+                // killed (and waited for) before the message goes back;
+                // the others it held are retried.
+                worker
+                    .0
+                    .kill_and_wait(format!("was killed: the lease of slot {} was lost", m.slot))
+                    .await;
+                output::warn_line(&format!(
+                    "slot {} lease lost: worker {} killed",
+                    m.slot, worker.0.number
+                ));
+                return Ended::Failed;
+            }
         },
         () = ctx.kill.cancelled() => {
             let ended = release(d).await;

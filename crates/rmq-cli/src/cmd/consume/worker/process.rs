@@ -39,8 +39,11 @@ pub(super) enum Request {
         reply: oneshot::Sender<Answer>,
     },
     /// Kill the worker (its deliveries are answered with `why`) and start
-    /// another.
-    Kill { why: String },
+    /// another; say on `done` once its process group is dead.
+    Kill {
+        why: String,
+        done: Option<oneshot::Sender<()>>,
+    },
 }
 
 /// The handle on one worker.
@@ -89,7 +92,22 @@ impl Worker {
     }
 
     pub(super) fn kill(&self, why: String) {
-        let _ = self.requests.send(Request::Kill { why });
+        let _ = self.requests.send(Request::Kill { why, done: None });
+    }
+
+    /// Kills the worker and waits until its process group is dead (serial
+    /// mode: a slot's lease was lost while the worker held its message,
+    /// and no handler may run on once another member may start it).
+    pub(super) async fn kill_and_wait(&self, why: String) {
+        let (done, dead) = oneshot::channel();
+        let asked = self.requests.send(Request::Kill {
+            why,
+            done: Some(done),
+        });
+        if asked.is_ok() {
+            // Dropped unsent: the supervisor is gone, and its worker too.
+            let _ = dead.await;
+        }
     }
 }
 
@@ -177,6 +195,7 @@ async fn run_once(
     let mut stdout = BufReader::new(stdout);
     let mut pending: HashMap<String, oneshot::Sender<Answer>> = HashMap::new();
     let mut line = Vec::new();
+    let mut killed: Option<oneshot::Sender<()>> = None;
     let ended = loop {
         tokio::select! {
             request = inbox.recv() => match request {
@@ -188,7 +207,10 @@ async fn run_once(
                     let _ = written.send(());
                     pending.insert(id, reply);
                 }
-                Some(Request::Kill { why }) => break Ended::Restart(why),
+                Some(Request::Kill { why, done }) => {
+                    killed = done;
+                    break Ended::Restart(why);
+                }
                 None => break Ended::Closed,
             },
             // (Not cancellation safe, but what a cancelled read took stays
@@ -221,6 +243,9 @@ async fn run_once(
     }
     let _ = child.start_kill();
     let _ = child.wait().await;
+    if let Some(done) = killed {
+        let _ = done.send(());
+    }
     if let (Some(r), Some(pid)) = (&ctx.reaper, pid) {
         r.forget(pid).await;
     }
