@@ -145,3 +145,45 @@ fn take_waits_for_a_message_when_asked() {
     std::io::Read::read_to_string(&mut waiting.stdout.take().unwrap(), &mut out).unwrap();
     assert!(out.contains("\"key\":\"late\""), "{out}");
 }
+
+#[test]
+fn consume_max_takes_exactly_what_it_handles() {
+    let env = Env::new();
+    env.ok(&["topic", "create", "m", "--kind", "priority", "--slots", "4"]);
+    let lines: String = (0..40)
+        .map(|i| format!("{{\"payload\":\"p{i}\",\"key\":\"k{i}\"}}\n"))
+        .collect();
+    env.rmq_in(&["send", "m", "--batch"], lines.as_bytes())
+        .success();
+    let mut handled = 0;
+    for (max, concurrency) in [("5", "4"), ("3", "16"), ("7", "64")] {
+        env.ok(&[
+            "consume",
+            "m",
+            "--max",
+            max,
+            "--concurrency",
+            concurrency,
+            "--exec",
+            "cat >/dev/null",
+        ]);
+        handled += max.parse::<u64>().unwrap();
+        let s = env.stats("m");
+        assert_eq!(
+            (s["delivered"].as_u64(), s["acked"].as_u64()),
+            (Some(handled), Some(handled)),
+            "--max {max} --concurrency {concurrency}: nothing taken beyond it: {s}"
+        );
+    }
+    let printed = env.ok(&[
+        "--json",
+        "consume",
+        "m",
+        "--max",
+        "4",
+        "--concurrency",
+        "32",
+    ]);
+    assert_eq!(printed.json().len(), 4);
+    assert_eq!(env.stats("m")["delivered"].as_u64(), Some(handled + 4));
+}

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::budget::{Budget, Spendable};
 use super::delivery::Delivery;
 use super::heads::{self, Looked, SWEEP, SWEEP_WITH_AFFINITY};
 use super::inflight::Taken;
@@ -38,26 +39,47 @@ pub(crate) struct Room {
     pub(crate) topic: Arc<Semaphore>,
     pub(crate) pool: Option<Arc<Semaphore>>,
     pub(crate) gate: Option<Arc<super::pool::Gate>>,
+    /// The consumer's lifetime budget, if it has one (`budget.rs`).
+    pub(crate) budget: Option<Arc<Budget>>,
 }
 
 /// Room for one delivery: a permit of the topic's semaphore and, in a
 /// pool, one of the pool's; the delivery holds them until it is dropped.
+/// Under a budget, also a budget permit, spent when a delivery is made.
 pub(crate) struct Held {
     _topic: OwnedSemaphorePermit,
     _pool: Option<OwnedSemaphorePermit>,
+    /// Boxed: only a consumer with a budget pays for it (a settle's
+    /// request carries a Held).
+    budget: Option<Box<Spendable>>,
+}
+
+impl Held {
+    /// A delivery is made with this room: its budget permit is spent.
+    pub(crate) fn spend(&mut self) {
+        if let Some(b) = self.budget.take() {
+            b.spend();
+        }
+    }
 }
 
 impl Room {
-    /// Waits for room for one delivery. None once the semaphores close.
+    /// Waits for room for one delivery. None once the semaphores close
+    /// (or the budget is spent).
     async fn acquire(&self) -> Option<Held> {
         let topic = self.topic.clone().acquire_owned().await.ok()?;
         let pool = match &self.pool {
             Some(p) => Some(p.clone().acquire_owned().await.ok()?),
             None => None,
         };
+        let budget = match &self.budget {
+            Some(b) => Some(Box::new(b.acquire().await?)),
+            None => None,
+        };
         Some(Held {
             _topic: topic,
             _pool: pool,
+            budget,
         })
     }
 
@@ -68,9 +90,14 @@ impl Room {
             Some(p) => Some(p.clone().try_acquire_owned().ok()?),
             None => None,
         };
+        let budget = match &self.budget {
+            Some(b) => Some(Box::new(b.try_acquire()?)),
+            None => None,
+        };
         Some(Held {
             _topic: topic,
             _pool: pool,
+            budget,
         })
     }
 }

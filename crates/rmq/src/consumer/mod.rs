@@ -19,6 +19,7 @@
 //! and releases (gives back, uncounted) whatever did not start or finish.
 
 mod affinity;
+mod budget;
 mod chain;
 mod delivery;
 mod fetcher;
@@ -83,6 +84,8 @@ pub struct ConsumerBuilder {
     gate: Option<Arc<pool::Gate>>,
     /// In a [`Pool`]: the pool's slots, shared by its topics.
     pool: Option<Arc<Semaphore>>,
+    /// [`ConsumerBuilder::max_deliveries`] (in a pool: shared by its topics).
+    budget: Option<Arc<budget::Budget>>,
 }
 
 impl std::fmt::Debug for dyn Coordinator {
@@ -107,6 +110,7 @@ impl Topic {
             take_on_settle: true,
             gate: None,
             pool: None,
+            budget: None,
         }
     }
 }
@@ -149,6 +153,15 @@ impl ConsumerBuilder {
         self.handler_timeout = Some(limit);
         self
     }
+    /// Takes at most `n` deliveries over the consumer's whole life, then
+    /// ends (the stream ends once they are handed out; `run` returns once
+    /// they are handled): never one more than that, so a run that wants
+    /// `n` messages moves no other. Taking on settle is off under it.
+    pub fn max_deliveries(mut self, n: u64) -> Self {
+        self.budget = Some(budget::Budget::new(n));
+        self
+    }
+
     /// Whether a delivery that ends (ack, nack, dead letter) takes its
     /// slot's next due message in the same call (default on): a consumer
     /// at concurrency 1 makes one round trip per message, not two. It
@@ -237,7 +250,7 @@ impl ConsumerBuilder {
         };
         let (tx, rx) = mpsc::channel(self.concurrency);
         let stop = cancel.child_token();
-        let chain = self.take_on_settle.then(|| {
+        let chain = (self.take_on_settle && self.budget.is_none()).then(|| {
             Arc::new(chain::Chain {
                 shared: shared.clone(),
                 tx: tx.downgrade(),
@@ -283,6 +296,7 @@ impl ConsumerBuilder {
                 topic: permits,
                 pool: self.pool.clone(),
                 gate: self.gate.clone(),
+                budget: self.budget.clone(),
             },
             tx,
             fetcher::FetchConfig {

@@ -88,6 +88,8 @@ pub struct Pool {
     serial: Option<(String, Option<Duration>, Option<Duration>)>,
     coordinator: Option<Arc<dyn crate::Coordinator>>,
     limits: PoolLimits,
+    /// [`Pool::max_deliveries`]: one budget for all the topics.
+    budget: Option<Arc<super::budget::Budget>>,
 }
 
 impl Pool {
@@ -103,7 +105,14 @@ impl Pool {
             serial: None,
             coordinator: None,
             limits: PoolLimits::default(),
+            budget: None,
         }
+    }
+    /// At most `n` deliveries over the pool's whole life, across all its
+    /// topics, then it ends (see [`crate::ConsumerBuilder::max_deliveries`]).
+    pub fn max_deliveries(mut self, n: u64) -> Self {
+        self.budget = Some(super::budget::Budget::new(n));
+        self
     }
     /// Deliveries in flight at once across all topics; default 64.
     pub fn concurrency(mut self, n: usize) -> Self {
@@ -196,6 +205,7 @@ impl Pool {
             }
             c.gate = Some(gate.clone());
             c.pool = Some(pool.clone());
+            c.budget = self.budget.clone();
             gates.push(gate);
             out.push(c);
         }

@@ -39,6 +39,10 @@ impl Source {
                     c = c.coordinator(coordinator);
                 }
             }
+            // --max N: never more taken than will be handled.
+            if let Some(max) = a.max {
+                c = c.max_deliveries(max);
+            }
             return Source::One(c.stream(cancel));
         }
         let mut pool = Pool::new(topics.iter().cloned())
@@ -70,6 +74,9 @@ impl Source {
             if let Some(coordinator) = coordinator {
                 pool = pool.coordinator(coordinator);
             }
+        }
+        if let Some(max) = a.max {
+            pool = pool.max_deliveries(max);
         }
         let limits = pool.limits();
         tokio::spawn(log_limits(limits.clone(), cancel.clone()));

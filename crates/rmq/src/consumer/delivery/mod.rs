@@ -59,9 +59,12 @@ impl Delivery {
     pub(crate) fn new(
         msg: Received,
         settler: Settler,
-        permit: Option<Held>,
+        mut permit: Option<Held>,
         claim: Option<Claim>,
     ) -> Self {
+        if let Some(p) = permit.as_mut() {
+            p.spend();
+        }
         let fence = claim.as_ref().map(|c| c.fence().clone());
         let mut msg = msg;
         if let Some(f) = &fence {
