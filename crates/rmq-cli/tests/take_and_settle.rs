@@ -187,3 +187,80 @@ fn consume_max_takes_exactly_what_it_handles() {
     assert_eq!(printed.json().len(), 4);
     assert_eq!(env.stats("m")["delivered"].as_u64(), Some(handled + 4));
 }
+
+#[test]
+fn keys_of_any_bytes_are_named_by_key_key_hex_and_key_base64() {
+    let env = Env::new();
+    env.ok(&["topic", "create", "b", "--kind", "priority", "--slots", "2"]);
+    // A key that starts with '-', and one with NUL and a byte that is not UTF-8.
+    env.ok(&["send", "b", "p1", "--key", "-dash"]);
+    let sent = env
+        .ok(&["--json", "send", "b", "p2", "--key-hex", "00ff41"])
+        .json();
+    assert_eq!(sent[0]["key_base64"], "AP9B", "{sent:?}");
+    let state = |form: &[&str]| {
+        let mut args = vec!["--json", "get", "b"];
+        args.extend(form);
+        env.ok(&args).json()[0]["state"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(state(&["--key", "-dash"]), "pending");
+    assert_eq!(state(&["--key-hex", "00FF41"]), "pending");
+    assert_eq!(state(&["--key-base64", "AP9B"]), "pending");
+    let moved = env
+        .ok(&[
+            "--json",
+            "reschedule",
+            "b",
+            "--key-base64",
+            "AP9B",
+            "--priority",
+            "7",
+        ])
+        .json();
+    assert_eq!(
+        (
+            moved[0]["key_base64"].as_str(),
+            moved[0]["priority"].as_u64()
+        ),
+        (Some("AP9B"), Some(7))
+    );
+    let cancelled = env
+        .ok(&[
+            "--json",
+            "cancel",
+            "b",
+            "--key",
+            "-dash",
+            "--key-hex",
+            "00ff41",
+        ])
+        .json();
+    assert_eq!(cancelled.len(), 2);
+    assert!(
+        cancelled.iter().all(|c| c["cancelled"] == true),
+        "{cancelled:?}"
+    );
+    assert_eq!(state(&["--key-hex", "00ff41"]), "absent");
+    // A dead letter of a binary key is requeued by it.
+    env.ok(&["send", "b", "p3", "--key-hex", "0001"]);
+    let taken = env.ok(&["--json", "take", "b", "1"]).json();
+    let r = taken[0]["receipt"].as_str().unwrap().to_string();
+    env.ok(&["nack", "b", "--dead", &r]);
+    assert_eq!(state(&["--key-hex", "0001"]), "dead");
+    env.ok(&["dead", "requeue", "b", "--key-hex", "0001"]);
+    assert_eq!(state(&["--key-base64", "AAE="]), "pending");
+    // Bad forms, or two at once: refused, nothing changed.
+    for bad in [
+        &["get", "b", "--key-hex", "0"][..],
+        &["get", "b", "--key-base64", "!!"],
+        &["get", "b", "k", "--key", "k"],
+        &["cancel", "b", "--key-hex", "zz"],
+        &["send", "b", "p", "--key", "k", "--key-hex", "00"],
+    ] {
+        assert_eq!(env.rmq(bad).code, 2, "{bad:?}");
+    }
+    assert_eq!(state(&["--key-hex", "0001"]), "pending");
+}

@@ -16,8 +16,10 @@ use clap::Args;
 use rmq::CancelOutcome;
 use serde::{Deserialize, Serialize};
 
+use super::key_arg;
 use crate::output::{self, Out};
 use crate::{connect, CliError, CliResult, Global};
+use rmq_serve::views::KeyField;
 
 /// Keys per library call (each call is one pipeline of per-slot scripts).
 const CHUNK: usize = 10_000;
@@ -26,9 +28,23 @@ const CHUNK: usize = 10_000;
 pub struct CancelArgs {
     /// Topic name
     pub topic: String,
-    /// Merge keys to cancel
-    #[arg(required_unless_present = "batch", conflicts_with = "batch")]
+    /// Merge keys to cancel (or --key, --key-hex, --key-base64, each
+    /// repeatable)
+    #[arg(conflicts_with = "batch")]
     pub keys: Vec<String>,
+    /// A merge key as text, also one that starts with '-' (repeatable)
+    #[arg(
+        long = "key",
+        id = "key_text",
+        value_name = "K",
+        allow_hyphen_values = true,
+        conflicts_with = "batch"
+    )]
+    pub key_text: Vec<String>,
+    #[arg(long, value_name = "HEX", help = key_arg::HEX_HELP, conflicts_with = "batch")]
+    pub key_hex: Vec<String>,
+    #[arg(long, value_name = "B64", help = key_arg::BASE64_HELP, conflicts_with = "batch")]
+    pub key_base64: Vec<String>,
     /// Slot basis the messages were sent with (default: each merge key);
     /// with --batch, for lines without one
     #[arg(long, value_name = "B")]
@@ -56,7 +72,8 @@ struct KeyLine {
 
 #[derive(Serialize)]
 struct CancelJson {
-    key: String,
+    #[serde(flatten)]
+    key: KeyField,
     cancelled: bool,
     /// The state before the cancel.
     state: &'static str,
@@ -75,12 +92,31 @@ fn outcome_name(o: CancelOutcome) -> &'static str {
 
 pub async fn run(g: &Global, a: CancelArgs) -> CliResult {
     let out = Out { json: g.json };
-    let items: Vec<(String, Option<String>)> = if a.batch {
+    let items: Vec<(Vec<u8>, Option<String>)> = if a.batch {
         parse_lines(&read_stdin()?, a.slot_basis.as_deref())?
+            .into_iter()
+            .map(|(k, b)| (k.into_bytes(), b))
+            .collect()
     } else {
-        a.keys
+        let mut keys: Vec<Vec<u8>> = a
+            .keys
             .iter()
-            .map(|k| (k.clone(), a.slot_basis.clone()))
+            .chain(&a.key_text)
+            .map(|k| k.clone().into_bytes())
+            .collect();
+        for h in &a.key_hex {
+            keys.extend(key_arg::key_bytes(None, Some(h), None)?);
+        }
+        for b in &a.key_base64 {
+            keys.extend(key_arg::key_bytes(None, None, Some(b))?);
+        }
+        if keys.is_empty() {
+            return Err(CliError::usage(
+                "name the keys (arguments, --key, --key-hex, --key-base64) or give --batch",
+            ));
+        }
+        keys.into_iter()
+            .map(|k| (k, a.slot_basis.clone()))
             .collect()
     };
     if let Some((i, _)) = items.iter().enumerate().find(|(_, (k, _))| k.is_empty()) {
@@ -99,17 +135,13 @@ pub async fn run(g: &Global, a: CancelArgs) -> CliResult {
         *counts.entry(outcome_name(*o)).or_default() += 1;
         if out.json {
             out.json(&CancelJson {
-                key: key.clone(),
+                key: KeyField::of(key),
                 cancelled: o.cancelled(),
                 state: o.state_before().name(),
                 outcome: outcome_name(*o),
             })?;
         } else if items.len() <= 20 {
-            output::line(&format!(
-                "{}: {}",
-                output::cell(key.as_bytes(), 80),
-                describe(*o)
-            ))?;
+            output::line(&format!("{}: {}", output::cell(key, 80), describe(*o)))?;
         }
     }
     if !out.json && items.len() > 20 {
@@ -136,7 +168,7 @@ fn describe(o: CancelOutcome) -> String {
 /// Cancels one chunk, grouping keys by slot basis; outcomes in input order.
 async fn cancel_chunk(
     topic: &rmq::Topic,
-    chunk: &[(String, Option<String>)],
+    chunk: &[(Vec<u8>, Option<String>)],
 ) -> CliResult<Vec<CancelOutcome>> {
     let mut by_basis: BTreeMap<Option<&str>, Vec<usize>> = BTreeMap::new();
     for (i, (_, basis)) in chunk.iter().enumerate() {
@@ -144,7 +176,7 @@ async fn cancel_chunk(
     }
     let mut out = vec![CancelOutcome::Absent; chunk.len()];
     for (basis, idxs) in by_basis {
-        let keys: Vec<&[u8]> = idxs.iter().map(|&i| chunk[i].0.as_bytes()).collect();
+        let keys: Vec<&[u8]> = idxs.iter().map(|&i| &chunk[i].0[..]).collect();
         let got = match basis {
             Some(b) => topic.cancel_in(&keys, b.as_bytes()).await?,
             None => topic.cancel(&keys).await?,

@@ -12,6 +12,7 @@ use clap::{ArgGroup, Args, Subcommand};
 use rmq::DeadSelection;
 use serde::Serialize;
 
+use super::key_arg;
 use crate::output::{self, Out};
 use crate::{connect, CliResult, Global};
 
@@ -32,13 +33,17 @@ pub enum DeadCmd {
 }
 
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("which").required(true).args(["key", "all", "older_than"])))]
+#[command(group(ArgGroup::new("which").required(true).args(["key", "key_hex", "key_base64", "all", "older_than"])))]
 pub struct Select {
     /// Topic name
     pub topic: String,
-    /// The dead letter of this merge key
-    #[arg(long, value_name = "K")]
+    /// The dead letter of this merge key (text, also one that starts with '-')
+    #[arg(long, value_name = "K", allow_hyphen_values = true)]
     pub key: Option<String>,
+    #[arg(long, value_name = "HEX", help = key_arg::HEX_HELP)]
+    pub key_hex: Option<String>,
+    #[arg(long, value_name = "B64", help = key_arg::BASE64_HELP)]
+    pub key_base64: Option<String>,
     /// Every dead letter of the topic
     #[arg(long)]
     pub all: bool,
@@ -48,12 +53,17 @@ pub struct Select {
 }
 
 impl Select {
-    fn which(&self) -> DeadSelection {
-        match (&self.key, self.older_than) {
-            (Some(k), _) => DeadSelection::Key(k.clone().into_bytes()),
+    fn which(&self) -> CliResult<DeadSelection> {
+        let key = key_arg::key_bytes(
+            self.key.as_deref(),
+            self.key_hex.as_deref(),
+            self.key_base64.as_deref(),
+        )?;
+        Ok(match (key, self.older_than) {
+            (Some(k), _) => DeadSelection::Key(k),
             (None, Some(ms)) => DeadSelection::OlderThan(std::time::Duration::from_millis(ms)),
             (None, None) => DeadSelection::All,
-        }
+        })
     }
 }
 
@@ -85,7 +95,7 @@ pub async fn run(g: &Global, cmd: DeadCmd) -> CliResult {
         DeadCmd::List { topic, limit } => list(g, out, &topic, limit).await,
         DeadCmd::Requeue(s) => {
             let (_client, topic) = connect::topic(g, &s.topic).await?;
-            let (requeued, merged) = topic.requeue_dead(s.which()).await?;
+            let (requeued, merged) = topic.requeue_dead(s.which()?).await?;
             out.either(&Requeued { requeued, merged }, || {
                 let mut t = format!(
                     "requeued {} dead letter{}",
@@ -104,7 +114,7 @@ pub async fn run(g: &Global, cmd: DeadCmd) -> CliResult {
         }
         DeadCmd::Purge(s) => {
             let (_client, topic) = connect::topic(g, &s.topic).await?;
-            let purged = topic.purge_dead(s.which()).await?;
+            let purged = topic.purge_dead(s.which()?).await?;
             out.either(&Purged { purged }, || {
                 format!(
                     "purged {purged} dead letter{}",

@@ -8,6 +8,7 @@ pub mod demo;
 pub mod forward;
 pub mod functions;
 pub mod get;
+pub mod key_arg;
 pub mod peek;
 pub mod reschedule;
 pub mod send;

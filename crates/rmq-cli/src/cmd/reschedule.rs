@@ -16,17 +16,31 @@ use clap::Args;
 use rmq::{Moved, Reschedule};
 use serde::{Deserialize, Serialize};
 
+use super::key_arg;
 use crate::output::{self, Out};
 use crate::{connect, CliError, CliResult, Global};
+use rmq_serve::views::KeyField;
 
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("to").required(true).args(["at", "delay", "priority", "batch"]))]
+#[command(group = clap::ArgGroup::new("the_key").args(["key", "key_text", "key_hex", "key_base64", "batch"]).required(true))]
 pub struct RescheduleArgs {
     /// Topic name
     pub topic: String,
-    /// Merge key
-    #[arg(required_unless_present = "batch", conflicts_with = "batch")]
+    /// Merge key (or --key, --key-hex, --key-base64)
     pub key: Option<String>,
+    /// The merge key as text, also one that starts with '-'
+    #[arg(
+        long = "key",
+        id = "key_text",
+        value_name = "K",
+        allow_hyphen_values = true
+    )]
+    pub key_text: Option<String>,
+    #[arg(long, value_name = "HEX", help = key_arg::HEX_HELP)]
+    pub key_hex: Option<String>,
+    #[arg(long, value_name = "B64", help = key_arg::BASE64_HELP)]
+    pub key_base64: Option<String>,
     /// Read JSON lines from stdin: {"key": .., "at"|"delay"|"priority": ..,
     /// "slot_basis": ..}
     #[arg(long)]
@@ -52,7 +66,8 @@ pub struct RescheduleArgs {
 
 #[derive(Serialize)]
 struct RescheduledJson {
-    key: String,
+    #[serde(flatten)]
+    key: KeyField,
     rescheduled: bool,
     slot: u32,
     moved: &'static str,
@@ -76,7 +91,8 @@ struct Line {
 /// A key `--batch` could not reschedule.
 #[derive(Serialize)]
 struct RefusedJson {
-    key: String,
+    #[serde(flatten)]
+    key: KeyField,
     rescheduled: bool,
     error: String,
 }
@@ -103,19 +119,22 @@ pub async fn run(g: &Global, a: RescheduleArgs) -> CliResult {
     if a.batch {
         return batch(g, out, &a).await;
     }
-    let key = a.key.clone().unwrap_or_default();
+    let text = a.key.as_deref().or(a.key_text.as_deref());
+    let key = key_arg::key_bytes(text, a.key_hex.as_deref(), a.key_base64.as_deref())?
+        .ok_or_else(|| CliError::usage("name the key"))?;
     let Some(to) = new_place(a.at, a.delay, a.priority) else {
         return Err(CliError::usage("give one of --at, --delay and --priority"));
     };
     let (_client, topic) = connect::topic(g, &a.topic).await?;
-    let basis = a.slot_basis.as_deref().unwrap_or(&key);
-    let r = topic
-        .reschedule_in(key.as_bytes(), basis.as_bytes(), to)
-        .await?;
+    let basis = a
+        .slot_basis
+        .clone()
+        .map_or_else(|| key.clone(), String::into_bytes);
+    let r = topic.reschedule_in(&key, &basis, to).await?;
     let moved = moved_name(r.moved);
     out.either(
         &RescheduledJson {
-            key: key.clone(),
+            key: KeyField::of(&key),
             rescheduled: true,
             slot: r.slot,
             moved,
@@ -129,7 +148,8 @@ pub async fn run(g: &Global, a: RescheduleArgs) -> CliResult {
                 (None, None) => String::new(),
             };
             format!(
-                "rescheduled the {moved} message of {key:?} (slot {}): {place}",
+                "rescheduled the {moved} message of {:?} (slot {}): {place}",
+                String::from_utf8_lossy(&key),
                 r.slot
             )
         },
@@ -171,7 +191,7 @@ async fn batch(g: &Global, out: Out, a: &RescheduleArgs) -> CliResult {
                 done += 1;
                 if out.json {
                     out.json(&RescheduledJson {
-                        key: line.key.clone(),
+                        key: KeyField::of(line.key.as_bytes()),
                         rescheduled: true,
                         slot: r.slot,
                         moved: moved_name(r.moved),
@@ -187,7 +207,7 @@ async fn batch(g: &Global, out: Out, a: &RescheduleArgs) -> CliResult {
                 refused += 1;
                 if out.json {
                     out.json(&RefusedJson {
-                        key: line.key.clone(),
+                        key: KeyField::of(line.key.as_bytes()),
                         rescheduled: false,
                         error: e.to_string(),
                     })?;

@@ -16,8 +16,10 @@ use clap::Args;
 use rmq::{Message, Sent, TopicSpec};
 use serde::{Deserialize, Serialize};
 
+use super::key_arg;
 use crate::output::{self, Out};
 use crate::{connect, CliError, CliResult, Global};
+use rmq_serve::views::KeyField;
 
 /// Messages per `send_batch` call.
 const CHUNK: usize = 1000;
@@ -30,8 +32,12 @@ pub struct SendArgs {
     #[arg(conflicts_with = "batch")]
     pub payload: Option<String>,
     /// Merge key (default: the payload); with --batch, for lines without one
-    #[arg(long, value_name = "K")]
+    #[arg(long, value_name = "K", allow_hyphen_values = true, conflicts_with_all = ["key_hex", "key_base64"])]
     pub key: Option<String>,
+    #[arg(long, value_name = "HEX", help = key_arg::HEX_HELP, conflicts_with_all = ["batch", "key_base64"])]
+    pub key_hex: Option<String>,
+    #[arg(long, value_name = "B64", help = key_arg::BASE64_HELP, conflicts_with = "batch")]
+    pub key_base64: Option<String>,
     /// Slot basis (default: the merge key); with --batch, for lines without one
     #[arg(long, value_name = "B")]
     pub slot_basis: Option<String>,
@@ -123,7 +129,8 @@ struct Item {
 /// What one send did, in JSON.
 #[derive(Serialize)]
 struct SentJson {
-    key: String,
+    #[serde(flatten)]
+    key: KeyField,
     slot: u32,
     merged: bool,
     behind_in_flight: bool,
@@ -156,14 +163,18 @@ pub async fn run(g: &Global, a: SendArgs) -> CliResult {
         None => read_stdin(true)?,
     };
     let mut m = Message::new(payload);
-    if let Some(k) = a.key {
+    if let Some(k) = key_arg::key_bytes(
+        a.key.as_deref(),
+        a.key_hex.as_deref(),
+        a.key_base64.as_deref(),
+    )? {
         m = m.key(k);
     }
     if let Some(b) = a.slot_basis {
         m = m.slot_basis(b);
     }
     let m = timing.apply(m);
-    let key = output::lossy(m.merge_key());
+    let key = KeyField::of(m.merge_key());
     let sent = topic.send(m).await?;
     out.either(
         &SentJson {
