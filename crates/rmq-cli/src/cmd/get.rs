@@ -11,7 +11,7 @@ use rmq_serve::views::LookupJson;
 
 use super::key_arg;
 use crate::output::{self, Out};
-use crate::{connect, CliError, CliResult, Global};
+use crate::{connect, CliResult, Global};
 
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("the_key").required(true).args(["key", "key_text", "key_hex", "key_base64"]))]
@@ -20,18 +20,8 @@ pub struct GetArgs {
     pub topic: String,
     /// Merge key (or --key, --key-hex, --key-base64)
     pub key: Option<String>,
-    /// The merge key as text, also one that starts with '-'
-    #[arg(
-        long = "key",
-        id = "key_text",
-        value_name = "K",
-        allow_hyphen_values = true
-    )]
-    pub key_text: Option<String>,
-    #[arg(long, value_name = "HEX", help = key_arg::HEX_HELP)]
-    pub key_hex: Option<String>,
-    #[arg(long, value_name = "B64", help = key_arg::BASE64_HELP)]
-    pub key_base64: Option<String>,
+    #[command(flatten)]
+    pub key_flags: key_arg::KeyFlags,
     /// Slot basis the message was sent with (default: the merge key)
     #[arg(long, value_name = "B")]
     pub slot_basis: Option<String>,
@@ -39,9 +29,7 @@ pub struct GetArgs {
 
 pub async fn run(g: &Global, a: GetArgs) -> CliResult {
     let out = Out { json: g.json };
-    let text = a.key.as_deref().or(a.key_text.as_deref());
-    let key = key_arg::key_bytes(text, a.key_hex.as_deref(), a.key_base64.as_deref())?
-        .ok_or_else(|| CliError::usage("name the key"))?;
+    let key = a.key_flags.bytes(a.key.as_deref())?;
     let (_client, topic) = connect::topic(g, &a.topic).await?;
     let basis = a.slot_basis.map_or_else(|| key.clone(), String::into_bytes);
     let l = topic.get_in(&key, &basis).await?;

@@ -4,8 +4,40 @@
 //! are bytes in rmq, and a batch line can make one no argument can carry).
 
 use base64::Engine;
+use clap::Args;
 
 use crate::{CliError, CliResult};
+
+/// `--key`, `--key-hex`, `--key-base64` for a command that names one key
+/// (besides its positional argument): flattened into its arguments, whose
+/// group makes sure one form at most is given.
+#[derive(Debug, Args)]
+pub struct KeyFlags {
+    /// The merge key as text, also one that starts with '-'
+    #[arg(
+        long = "key",
+        id = "key_text",
+        value_name = "K",
+        allow_hyphen_values = true
+    )]
+    pub text: Option<String>,
+    #[arg(long = "key-hex", id = "key_hex", value_name = "HEX", help = HEX_HELP)]
+    pub hex: Option<String>,
+    #[arg(long = "key-base64", id = "key_base64", value_name = "B64", help = BASE64_HELP)]
+    pub base64: Option<String>,
+}
+
+impl KeyFlags {
+    /// The key from `positional` or whichever flag was given.
+    pub fn bytes(&self, positional: Option<&str>) -> CliResult<Vec<u8>> {
+        key_bytes(
+            positional.or(self.text.as_deref()),
+            self.hex.as_deref(),
+            self.base64.as_deref(),
+        )?
+        .ok_or_else(|| CliError::usage("name the key"))
+    }
+}
 
 /// The help line every command's `--key-hex` shares.
 pub const HEX_HELP: &str = "The merge key as hex digits: any bytes, NUL included";

@@ -29,18 +29,8 @@ pub struct RescheduleArgs {
     pub topic: String,
     /// Merge key (or --key, --key-hex, --key-base64)
     pub key: Option<String>,
-    /// The merge key as text, also one that starts with '-'
-    #[arg(
-        long = "key",
-        id = "key_text",
-        value_name = "K",
-        allow_hyphen_values = true
-    )]
-    pub key_text: Option<String>,
-    #[arg(long, value_name = "HEX", help = key_arg::HEX_HELP)]
-    pub key_hex: Option<String>,
-    #[arg(long, value_name = "B64", help = key_arg::BASE64_HELP)]
-    pub key_base64: Option<String>,
+    #[command(flatten)]
+    pub key_flags: key_arg::KeyFlags,
     /// Read JSON lines from stdin: {"key": .., "at"|"delay"|"priority": ..,
     /// "slot_basis": ..}
     #[arg(long)]
@@ -119,9 +109,7 @@ pub async fn run(g: &Global, a: RescheduleArgs) -> CliResult {
     if a.batch {
         return batch(g, out, &a).await;
     }
-    let text = a.key.as_deref().or(a.key_text.as_deref());
-    let key = key_arg::key_bytes(text, a.key_hex.as_deref(), a.key_base64.as_deref())?
-        .ok_or_else(|| CliError::usage("name the key"))?;
+    let key = a.key_flags.bytes(a.key.as_deref())?;
     let Some(to) = new_place(a.at, a.delay, a.priority) else {
         return Err(CliError::usage("give one of --at, --delay and --priority"));
     };

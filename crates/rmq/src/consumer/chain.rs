@@ -28,9 +28,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::delivery::Delivery;
-use super::fetcher::Held;
 use super::pool::{Gate, Probe};
 use super::pop::parse_pop;
+use super::room::Held;
 use super::settler::WeakSettler;
 use super::Shared;
 use crate::group::Claim;

@@ -32,6 +32,7 @@ mod pool;
 mod pop;
 mod rate;
 mod receipt;
+mod room;
 mod runner;
 mod schedule;
 mod serial_member;
@@ -292,7 +293,7 @@ impl ConsumerBuilder {
             self.topic.clone(),
             shared.clone(),
             settler,
-            fetcher::Room {
+            room::Room {
                 topic: permits,
                 pool: self.pool.clone(),
                 gate: self.gate.clone(),

@@ -18,8 +18,8 @@ mod hold;
 pub use hold::LeaseLost;
 
 use super::chain::Taker;
-use super::fetcher::Held;
 use super::pool::Probe;
+use super::room::Held;
 use super::settler::{Answer, Live, Op, Settled, Settler};
 use crate::error::{Error, ErrorKind, Result};
 use crate::group::{Claim, Fence};
