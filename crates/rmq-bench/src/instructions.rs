@@ -43,6 +43,8 @@ const PER_PHASE: u64 = 20_000;
 pub(crate) struct Counted {
     pub(crate) server: RedisServer,
     out: PathBuf,
+    /// The dumps stay after the run (RMQ_BENCH_CALLGRIND_DIR was given).
+    keep: bool,
 }
 
 /// Starts redis-server under callgrind: a wrapper script is the server's
@@ -53,7 +55,11 @@ pub(crate) fn start() -> Result<Counted> {
         "valgrind is not installed (Debian: apt-get install valgrind; scripts/ensure-deps.sh does)",
     )?;
     let redis = which("redis-server").context("redis-server is not installed")?;
-    let out = std::env::temp_dir().join(format!("rmq-callgrind-{}", std::process::id()));
+    // RMQ_BENCH_CALLGRIND_DIR keeps the dumps (for callgrind_annotate).
+    let keep = std::env::var_os("RMQ_BENCH_CALLGRIND_DIR").map(PathBuf::from);
+    let out = keep.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("rmq-callgrind-{}", std::process::id()))
+    });
     std::fs::create_dir_all(&out)?;
     let wrapper = out.join("redis-under-callgrind.sh");
     std::fs::write(
@@ -70,7 +76,11 @@ pub(crate) fn start() -> Result<Counted> {
         .binary(&wrapper)
         .startup_timeout(Duration::from_secs(120))
         .start();
-    Ok(Counted { server, out })
+    Ok(Counted {
+        server,
+        out,
+        keep: keep.is_some(),
+    })
 }
 
 impl Counted {
@@ -121,7 +131,9 @@ impl Counted {
 impl Drop for Counted {
     fn drop(&mut self) {
         self.server.stop();
-        let _ = std::fs::remove_dir_all(&self.out);
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.out);
+        }
     }
 }
 

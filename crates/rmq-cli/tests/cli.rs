@@ -129,7 +129,26 @@ fn topic_list_and_show() {
     assert!(text.stdout.contains("range-merge"), "{text:?}");
     let text = env.ok(&["topic", "show", "b"]);
     assert!(text.stdout.contains("backoff:"), "{text:?}");
+    assert!(
+        text.stdout.contains("pending layout:      flat"),
+        "{text:?}"
+    );
     env.rmq(&["topic", "show", "nope"]).one_error(2);
+
+    // The pending layout: set at creation or by an update, shown, and
+    // left out of the JSON definition when flat (the default).
+    create(&env, "c", "fixed-time", &["--pending-layout", "compact"]);
+    let show = env.ok(&["--json", "topic", "show", "c"]).json();
+    assert_eq!(show[0]["pending_layout"], "compact");
+    env.ok(&["topic", "update", "c", "--pending-layout", "flat"]);
+    let show = env.ok(&["--json", "topic", "show", "c"]).json();
+    assert_eq!(show[0].get("pending_layout"), None, "{:?}", show[0]);
+    let bad = env.rmq(&["topic", "update", "c", "--pending-layout", "buckets"]);
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert!(
+        bad.stderr.contains("[possible values: flat, compact]"),
+        "{bad:?}"
+    );
 }
 
 #[test]

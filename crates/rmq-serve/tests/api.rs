@@ -35,6 +35,29 @@ async fn a_topic_is_created_listed_shown_updated_paused_and_deleted() {
         (StatusCode::OK, Some(3))
     );
     assert_eq!(v["definition"]["handler_timeout_ms"], 45000, "{v}");
+    // The pending layout: flat unless asked (and then left out of the
+    // definition), compact by a PATCH, a bad name refused.
+    assert_eq!(v["definition"].get("pending_layout"), None, "{v}");
+    let (st, v) = s
+        .act(
+            reqwest::Method::PATCH,
+            "/api/v1/topics/orders",
+            Some(json!({"pending_layout": "compact"})),
+        )
+        .await;
+    assert_eq!(
+        (st, v["definition"]["pending_layout"].as_str()),
+        (StatusCode::OK, Some("compact")),
+        "{v}"
+    );
+    let (st, _) = s
+        .act(
+            reqwest::Method::PATCH,
+            "/api/v1/topics/orders",
+            Some(json!({"pending_layout": "buckets"})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
     let (st, v) = s.post("/api/v1/topics/orders/pause", json!({})).await;
     assert_eq!((st, v["paused"].as_bool()), (StatusCode::OK, Some(true)));
     let (_, v) = s.get("/api/v1/topics/orders").await;

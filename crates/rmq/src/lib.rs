@@ -119,6 +119,6 @@ pub use producer::{BatchReport, MAX_BATCH};
 pub use slot::slot_of;
 pub use tokio_util::sync::CancellationToken;
 pub use topic::{
-    validate_prefix, validate_topic_name, Topic, TopicKind, TopicSpec, MAX_IN_FLIGHT, MAX_PENDING,
-    MAX_PREFIX, MAX_PRIORITY, MAX_RATE, MAX_SLOTS, MAX_TOPIC_NAME,
+    validate_prefix, validate_topic_name, PendingLayout, Topic, TopicKind, TopicSpec,
+    MAX_IN_FLIGHT, MAX_PENDING, MAX_PREFIX, MAX_PRIORITY, MAX_RATE, MAX_SLOTS, MAX_TOPIC_NAME,
 };

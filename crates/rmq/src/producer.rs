@@ -164,7 +164,7 @@ impl Topic {
         for (i, &slot) in slots.iter().enumerate() {
             by_slot.entry(slot).or_default().push(i);
         }
-        let kind = self.spec.kind.code();
+        let kind = spec.script_kind();
         let max_payload = spec.max_payload_bytes.to_string();
         let tolerance = spec.past_tolerance_ms.to_string();
         let mut per_slot = Vec::with_capacity(by_slot.len());

@@ -405,7 +405,8 @@ async fn resharding_a_slot_whose_pending_set_spans_many_buckets_loses_nothing() 
         .define_topic(
             TopicSpec::new("t", TopicKind::Priority)
                 .slots(1)
-                .lease(Duration::from_secs(2)),
+                .lease(Duration::from_secs(2))
+                .pending_layout(rmq::PendingLayout::Compact),
         )
         .await
         .unwrap();

@@ -20,8 +20,8 @@ use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use rmq::{
-    CancelOutcome, Delivery, Ending, ErrorKind, Message, Moved, Reschedule, Settled, State, Topic,
-    TopicKind, TopicSpec,
+    CancelOutcome, Delivery, Ending, ErrorKind, Message, Moved, PendingLayout, Reschedule, Settled,
+    State, Topic, TopicKind, TopicSpec,
 };
 
 const MAX_ATTEMPTS: u32 = 3;
@@ -582,7 +582,15 @@ fn run_model(
     runner
         .run(&proptest::collection::vec(ops, 1..max_ops), |ops| {
             rt.block_on(async {
-                let name = format!("t{}", case.fetch_add(1, Ordering::SeqCst));
+                let n = case.fetch_add(1, Ordering::SeqCst);
+                let name = format!("t{n}");
+                // Half the cases on each layout: a compact topic's slot
+                // crosses between one set and buckets as batches come and go.
+                let layout = if n % 2 == 0 {
+                    PendingLayout::Compact
+                } else {
+                    PendingLayout::Flat
+                };
                 let topic = client
                     .define_topic(
                         TopicSpec::new(name, TopicKind::Priority)
@@ -592,7 +600,8 @@ fn run_model(
                             // A rolled-back lease goes straight back to its place.
                             .backoff(Duration::ZERO, Duration::ZERO)
                             .max_in_flight(cap.unwrap_or(0))
-                            .max_pending(bound.unwrap_or(0)),
+                            .max_pending(bound.unwrap_or(0))
+                            .pending_layout(layout),
                     )
                     .await
                     .unwrap();

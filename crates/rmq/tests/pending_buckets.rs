@@ -1,6 +1,7 @@
 //! A slot's pending messages live in one sorted set while few, and in
 //! small sorted sets chosen by a hash of the merge key, under an index of
-//! their heads, once many (`pending.lua`, issue 21 item 5). These tests fill
+//! their heads, once many, on a topic whose layout is compact
+//! (`pending.lua`, issue 21 item 5; flat topics: `pending_layout.rs`). These tests fill
 //! one slot far past one set, so that it turns into buckets and splits many
 //! times, and hold the invariants the single sorted set gave for free:
 //! consumption order across buckets (priority, FIFO among equals;
@@ -12,7 +13,23 @@
 mod common;
 
 use common::*;
-use rmq::{Delivery, Message, Reschedule, State, Topic, TopicKind};
+use rmq::{
+    Client, Delivery, Message, PendingLayout, Reschedule, State, Topic, TopicKind, TopicSpec,
+};
+
+/// A topic whose deep slots are compact (the layout these tests are about).
+async fn compact(kind: TopicKind, slots: u32) -> (Backend, Client, Topic) {
+    setup_with(
+        TopicSpec::new("t", kind)
+            .slots(slots)
+            .backoff(
+                std::time::Duration::from_millis(20),
+                std::time::Duration::from_millis(100),
+            )
+            .pending_layout(PendingLayout::Compact),
+    )
+    .await
+}
 
 /// Sends in batches of 500.
 async fn send_all(topic: &Topic, messages: Vec<Message>) {
@@ -153,7 +170,7 @@ async fn assert_consistent(backend: &Backend, topic: &Topic, highest_first: bool
 
 #[tokio::test]
 async fn a_priority_slot_of_many_buckets_gives_highest_first_and_fifo_among_equals() {
-    let (backend, _c, topic) = setup(TopicKind::Priority, 1).await;
+    let (backend, _c, topic) = compact(TopicKind::Priority, 1).await;
     let n = 6_000u32;
     let priority = |i: u32| (i * 7_919) % 10;
     send_all(
@@ -254,7 +271,7 @@ async fn a_priority_slot_of_many_buckets_gives_highest_first_and_fifo_among_equa
 
 #[tokio::test]
 async fn a_time_slot_of_many_buckets_gives_due_order_then_key_bytes_and_keeps_what_is_not_due() {
-    let (backend, _c, topic) = setup(TopicKind::FixedTime, 1).await;
+    let (backend, _c, topic) = compact(TopicKind::FixedTime, 1).await;
     let now = now_ms();
     let n = 5_000i64;
     // 100 distinct due times, due within ~3 s: 50 keys share each.
@@ -305,7 +322,7 @@ async fn a_time_slot_of_many_buckets_gives_due_order_then_key_bytes_and_keeps_wh
 
 #[tokio::test]
 async fn a_slot_written_before_buckets_is_read_and_taken_as_it_was() {
-    let (backend, _c, topic) = setup(TopicKind::FixedTime, 1).await;
+    let (backend, _c, topic) = compact(TopicKind::FixedTime, 1).await;
     let keys = topic.keys_of_slot(0);
     let (q, d) = (&keys[0], &keys[1]);
     // The layout before buckets: every pending message a member of q.
@@ -360,7 +377,7 @@ async fn a_payload_left_without_its_message_is_sent_again_as_new() {
     // flight (f empty) is a leftover: a send of the key makes it pending
     // again, as before buckets, instead of parking it behind a delivery
     // that will never end.
-    let (backend, _c, topic) = setup(TopicKind::Priority, 1).await;
+    let (backend, _c, topic) = compact(TopicKind::Priority, 1).await;
     let keys = topic.keys_of_slot(0);
     raw(&backend, &["HSET", &keys[1], "k", "old"]).await;
     topic

@@ -90,6 +90,25 @@ impl From<Kind> for rmq::TopicKind {
     }
 }
 
+/// How a deep slot keeps its pending messages (the library's
+/// `PendingLayout`): `flat` (the default, the fastest) or `compact` (less
+/// memory past 120 pending a slot, more Redis work a message).
+#[derive(Deserialize, ToSchema, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Layout {
+    Flat,
+    Compact,
+}
+
+impl From<Layout> for rmq::PendingLayout {
+    fn from(l: Layout) -> Self {
+        match l {
+            Layout::Flat => rmq::PendingLayout::Flat,
+            Layout::Compact => rmq::PendingLayout::Compact,
+        }
+    }
+}
+
 /// A topic to create: its name and kind, and any settings that differ
 /// from the defaults (the same names as a stored definition).
 #[derive(Deserialize, ToSchema)]
@@ -112,6 +131,8 @@ pub(crate) struct CreateBody {
     max_pending: Option<u64>,
     /// How long a handler may run on one delivery (ms; 0: no limit).
     handler_timeout_ms: Option<u64>,
+    /// How a deep slot keeps its pending messages (default `flat`).
+    pending_layout: Option<Layout>,
 }
 
 impl CreateBody {
@@ -134,6 +155,7 @@ impl CreateBody {
             max_in_flight: self.max_in_flight,
             max_pending: self.max_pending,
             handler_timeout_ms: self.handler_timeout_ms,
+            pending_layout: self.pending_layout,
         }
         .apply(spec)
     }
@@ -190,6 +212,9 @@ pub(crate) struct Settings {
     /// How long a handler may run on one delivery (ms; 0: no limit):
     /// past it the handler is stopped and the message retried.
     handler_timeout_ms: Option<u64>,
+    /// How a deep slot keeps its pending messages: applies to each slot at
+    /// its next write that finds it in the other layout.
+    pending_layout: Option<Layout>,
 }
 
 impl Settings {
@@ -215,6 +240,7 @@ impl Settings {
             max_in_flight: self.max_in_flight.unwrap_or(s.max_in_flight),
             max_pending: self.max_pending.unwrap_or(s.max_pending),
             handler_timeout_ms: self.handler_timeout_ms.unwrap_or(s.handler_timeout_ms),
+            pending_layout: self.pending_layout.map_or(s.pending_layout, Into::into),
             ..s
         }
     }

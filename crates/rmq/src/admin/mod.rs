@@ -473,7 +473,7 @@ impl Topic {
     ) -> RequeueRequest<'a> {
         RequeueRequest {
             keys,
-            kind: self.spec.kind.code(),
+            kind: self.spec.script_kind(),
             channel,
             slot,
             which,

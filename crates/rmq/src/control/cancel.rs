@@ -41,7 +41,7 @@ impl Topic {
         for (slot, idxs) in &by_slot {
             for chunk in idxs.chunks(CANCEL_PER_CALL) {
                 let merge_keys: Vec<&[u8]> = chunk.iter().map(|&i| keys[i]).collect();
-                let call = control::cancel(&slot_keys[slot], self.spec.kind.code(), &merge_keys);
+                let call = control::cancel(&slot_keys[slot], self.spec.script_kind(), &merge_keys);
                 calls.push((call, chunk));
             }
         }

@@ -24,11 +24,12 @@ impl Topic {
         let spec = self.reschedule_spec(to)?;
         let slot = self.slot_of(basis);
         let (keys, channel) = (self.slot_keys(slot), self.channel_for(slot));
-        let tolerance_ms = self.settings().await?.spec.past_tolerance_ms;
+        let settings = self.settings().await?;
+        let tolerance_ms = settings.spec.past_tolerance_ms;
         let (slot_s, tolerance) = (slot.to_string(), tolerance_ms.to_string());
         let (id, cmd) = RescheduleRequest {
             keys: &keys,
-            kind: self.spec.kind.code(),
+            kind: settings.spec.script_kind(),
             channel: &channel,
             slot: &slot_s,
             key,

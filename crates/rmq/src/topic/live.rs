@@ -28,7 +28,7 @@ pub(crate) struct Current {
 impl Current {
     fn of(spec: TopicSpec) -> Current {
         let args = TopicArgs {
-            kind: spec.kind.code(),
+            kind: spec.script_kind(),
             lease: spec.lease_ms.to_string(),
             max_attempts: spec.max_attempts.to_string(),
             backoff: spec.backoff_ms.to_string(),

@@ -12,8 +12,8 @@ mod spec;
 use live::Live;
 pub(crate) use live::{Current, REFRESH as LIVE_REFRESH};
 pub use spec::{
-    validate_prefix, validate_topic_name, TopicKind, TopicSpec, MAX_IN_FLIGHT, MAX_PENDING,
-    MAX_PREFIX, MAX_PRIORITY, MAX_RATE, MAX_SLOTS, MAX_TOPIC_NAME,
+    validate_prefix, validate_topic_name, PendingLayout, TopicKind, TopicSpec, MAX_IN_FLIGHT,
+    MAX_PENDING, MAX_PREFIX, MAX_PRIORITY, MAX_RATE, MAX_SLOTS, MAX_TOPIC_NAME,
 };
 
 /// A defined topic: send to it, consume from it, inspect it. Cheap to clone.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use rmq::{TopicKind, TopicSpec};
+use rmq::{PendingLayout, TopicKind, TopicSpec};
 
 #[derive(Debug, Args)]
 pub struct UpdateArgs {
@@ -108,6 +108,31 @@ pub struct Settings {
     /// consumer's own --timeout comes first; 0 removes it [default: none]
     #[arg(long, value_name = "MS")]
     pub handler_timeout: Option<u64>,
+    /// How a slot keeps its pending messages once it holds more than 120:
+    /// flat (the fastest: a slot of 5,000 consumes as fast as one of 50,
+    /// ~280 B of Redis a message) or compact (~190 B a message, 30-40%
+    /// more Redis work a message while a slot is that deep); a change
+    /// applies to each slot at its next write [default: flat]
+    #[arg(long, value_enum, value_name = "LAYOUT")]
+    pub pending_layout: Option<LayoutArg>,
+}
+
+/// The pending layouts, as the command line spells them.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LayoutArg {
+    /// One sorted set per slot, however deep
+    Flat,
+    /// Small sorted sets once a slot holds more than 120
+    Compact,
+}
+
+impl From<LayoutArg> for PendingLayout {
+    fn from(l: LayoutArg) -> Self {
+        match l {
+            LayoutArg::Flat => PendingLayout::Flat,
+            LayoutArg::Compact => PendingLayout::Compact,
+        }
+    }
 }
 
 /// `500`, `500/s`, `30000/min`: deliveries a second.
@@ -165,6 +190,9 @@ impl Settings {
         if let Some(v) = self.handler_timeout {
             spec = spec.handler_timeout(ms(v));
         }
+        if let Some(l) = self.pending_layout {
+            spec = spec.pending_layout(l.into());
+        }
         spec
     }
 
@@ -181,6 +209,7 @@ impl Settings {
             || self.max_in_flight.is_some()
             || self.max_pending.is_some()
             || self.handler_timeout.is_some()
+            || self.pending_layout.is_some()
     }
 }
 

@@ -175,6 +175,15 @@ pub(super) async fn show(g: &Global, out: Out, name: &str) -> CliResult {
         ),
         ("past tolerance", format!("{} ms", s.past_tolerance_ms)),
         (
+            "pending layout",
+            match s.pending_layout {
+                rmq::PendingLayout::Flat => "flat (one sorted set per slot, however deep)".into(),
+                rmq::PendingLayout::Compact => {
+                    "compact (small sorted sets once a slot holds more than 120)".into()
+                }
+            },
+        ),
+        (
             "dead letters kept",
             if s.dead_letters_per_slot == 0 {
                 "all".into()

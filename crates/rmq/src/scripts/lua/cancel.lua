@@ -2,7 +2,7 @@
 -- Includes: layout pending records lifecycle
 --
 -- KEYS: the ten slot keys (see layout.lua).
--- ARGV[1] kind ('p' | 'f' | 'r')
+-- ARGV[1] kind ('p' | 'f' | 'r'); in upper case ('P' | 'F' | 'R') when the topic's pending layout is compact (pending.lua)
 -- ARGV[2..] keys: the merge keys to cancel
 -- A waiting message (pending, or waiting for a retry) is removed with its payload and
 -- attempts. A message in flight cannot be taken back from its handler: its delivery is
@@ -17,8 +17,7 @@
 --   in-flight ones): a bounded topic's room comes back for them
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
-local kind = ARGV[1]
-pending_use(kind)
+local kind = pending_use(ARGV[1])
 local now = now_ms()
 local bad = check_types()
 if bad then

@@ -2,7 +2,8 @@
 -- Includes: layout pending records notify
 --
 -- KEYS: the ten slot keys (see layout.lua).
--- ARGV[1] kind ('p' | 'f' | 'r')   ARGV[2] channel: for wake-up notices   ARGV[3] slot: its number
+-- ARGV[1] kind ('p' | 'f' | 'r'); in upper case ('P' | 'F' | 'R') when the topic's pending layout is compact (pending.lua)
+-- ARGV[2] channel: for wake-up notices   ARGV[3] slot: its number
 -- ARGV[4] all: '1' for all dead letters (up to the limit), '0' for the one merge key in ARGV[6]
 -- ARGV[5] limit
 -- ARGV[6] key: the merge key (when ARGV[4] is '0')
@@ -17,8 +18,7 @@
 -- Returns: { requeued, merged, the time bound used (ms) }
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
-local kind = ARGV[1]
-pending_use(kind)
+local kind = pending_use(ARGV[1])
 local channel = ARGV[2]
 local slot = ARGV[3]
 local all = ARGV[4] == '1'

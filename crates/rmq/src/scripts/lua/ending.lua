@@ -2,7 +2,8 @@
 -- the body of settle.lua, which settle_take.lua also runs before it takes.
 -- Its contract (operations, codes, errors) is settle.lua's header.
 
--- kind: 'p' | 'f' | 'r'; cfg: max_attempts, backoff_ms, backoff_max_ms,
+-- kind: 'p' | 'f' | 'r' as received (upper case: a compact topic, see
+-- pending_use); cfg: max_attempts, backoff_ms, backoff_max_ms,
 -- dead_max, dead_ttl; owner and epoch: serial mode's fence ('' in
 -- parallel mode); ops: one letter per operation, whose args are
 -- ARGV[at..], the last ones of the call; index_later: the caller brings
@@ -12,7 +13,7 @@
 -- serial lease was not current (then nothing changed).
 local function settle_slot(kind, cfg, jitter, channel, slot, owner, epoch, ops, at, index_later)
   local now = now_ms()
-  pending_use(kind)
+  kind = pending_use(kind)
 
   -- Decode the operations and check their arguments before any write.
   local n = #ops

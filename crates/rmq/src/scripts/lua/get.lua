@@ -20,8 +20,7 @@
 -- Finding the delivery of a key in flight scans the slot's in-flight set (as many
 -- entries as the slot has deliveries out).
 
-local kind = ARGV[1]
-pending_use(kind)
+local kind = pending_use(ARGV[1])
 local key = ARGV[2]
 local now = now_ms()
 local bad = check_types()

@@ -11,8 +11,7 @@
 --            is scanned and skipped: the next page starts after it)
 -- Error reply RMQ_BADARG when KEYS are not whole slots.
 
-local kind = ARGV[1]
-pending_use(kind)
+local kind = pending_use(ARGV[1])
 local limit = math.min(tonumber(ARGV[2]) or 0, 1000)
 local from = math.max(tonumber(ARGV[3]) or 0, 0)
 local slots = slots_in_keys()

@@ -7,8 +7,9 @@
 -- node and a dict entry each. So a slot has two shapes:
 -- * flat (m has no qb): q is the pending set itself, member = merge key,
 --   score = order; it stays a listpack up to PENDING_FLAT_MAX members.
--- * bucketed (m has qb = n >= 2, qn = the count), once a flat set outgrew
---   PENDING_FLAT_MAX; until it shrinks to PENDING_FLAT_MIN:
+-- * bucketed (m has qb = n >= 2, qn = the count), once a flat set of a
+--   compact topic outgrew PENDING_FLAT_MAX; until it shrinks to
+--   PENDING_FLAT_MIN:
 --     <q>:<b>  ZSET  bucket b (0 <= b < n) by a hash of the merge key:
 --                    member = merge key, score = order; ~LOAD members, so
 --                    it stays a listpack (~30 bytes a member)
@@ -27,6 +28,16 @@
 -- bucket into its buddy) below LOAD / 4. Every key stays where its hash
 -- says, so a lookup by key reads one small set.
 --
+-- Only a topic whose layout is compact (the kind passed in upper case: see
+-- pending_use) turns a flat set into buckets; a flat topic keeps each slot
+-- one sorted set however deep (~280 B a message against ~190 B, but a take
+-- touches one key instead of about one bucket a message). Both shapes are
+-- read and written whatever the topic's layout, so a change of layout
+-- applies slot by slot: a flat set of a compact topic turns into buckets at
+-- its next write while it holds at most PENDING_CONVERT_MAX (a deeper one
+-- when it shrinks to that), and buckets turn flat when they shrink to
+-- PENDING_FLAT_MIN.
+--
 -- Consumption order is the order of one sorted set: score, then member
 -- bytes on equal scores (ascending; priority topics: both descending, as
 -- ZPOPMAX). Pop merges the buckets through the index (see pending_take).
@@ -44,13 +55,28 @@ local PENDING_FLAT_MAX = 120
 local PENDING_FLAT_MIN = 40
 local PENDING_SPLITS_PER_CALL = 64
 local PENDING_MERGES_PER_CALL = 64
+-- The most members a flat set may hold to be turned into buckets in one
+-- call (a few ms of Redis at most).
+local PENDING_CONVERT_MAX = 2000
 
 -- Consumption order: true on priority topics (highest first). Set once per
 -- call by pending_use before any other helper here.
 local PENDING_REV = nil
+-- Whether a flat set that outgrows PENDING_FLAT_MAX turns into buckets.
+local PENDING_COMPACT = false
 
-local function pending_use(kind)
+-- Takes the topic's kind as a script received it ('p', 'f' or 'r'; in
+-- upper case when the topic's layout is compact) and returns it in lower
+-- case, the form every other helper takes. An unknown kind is an error
+-- (every script calls this before its first write).
+local function pending_use(kind_arg)
+  local kind = string.lower(kind_arg or '')
+  if kind ~= 'p' and kind ~= 'f' and kind ~= 'r' then
+    error('rmq: unknown topic kind ' .. tostring(kind_arg))
+  end
   PENDING_REV = kind == 'p'
+  PENDING_COMPACT = kind ~= kind_arg
+  return kind
 end
 
 -- Whether merge key a sorts before b as Redis orders members (bytes, not
@@ -462,9 +488,12 @@ local function pending_put(keys, scores)
   local st = pending_state()
   if st.flat then
     bulk('ZADD', K.q, zadd_args(keys, scores), 2)
-    if redis.call('ZCARD', K.q) > PENDING_FLAT_MAX then
-      pending_to_buckets(st)
-      pending_settle(st)
+    if PENDING_COMPACT then
+      local card = redis.call('ZCARD', K.q)
+      if card > PENDING_FLAT_MAX and card <= PENDING_CONVERT_MAX then
+        pending_to_buckets(st)
+        pending_settle(st)
+      end
     end
     return
   end

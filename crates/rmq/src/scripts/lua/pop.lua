@@ -2,7 +2,7 @@
 -- Includes: layout pending records notify lifecycle fence take
 --
 -- KEYS: the ten slot keys (see layout.lua).
--- ARGV[1] kind: 'p' | 'f' | 'r'
+-- ARGV[1] kind: 'p' | 'f' | 'r'; in upper case ('P' | 'F' | 'R') when the topic's pending layout is compact (pending.lua)
 -- ARGV[2] count: how many messages to take at most (0 only reclaims and reports)
 -- ARGV[3] lease_ms: how long a delivery lasts
 -- ARGV[4] max_attempts

@@ -2,7 +2,8 @@
 -- Includes: layout pending records notify
 --
 -- KEYS: the ten slot keys (see layout.lua).
--- ARGV[1] kind ('p' | 'f' | 'r')   ARGV[2] channel: for wake-up notices   ARGV[3] slot: its number
+-- ARGV[1] kind ('p' | 'f' | 'r'); in upper case ('P' | 'F' | 'R') when the topic's pending layout is compact (pending.lua)
+-- ARGV[2] channel: for wake-up notices   ARGV[3] slot: its number
 -- ARGV[4] key: the merge key
 -- ARGV[5] spec: the new priority (0..2097151, 'p'), or the new due time in unix ms or
 --         '+<delay ms>' (time kinds)
@@ -19,8 +20,7 @@
 -- Nothing is written unless the code is positive.
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
-local kind = ARGV[1]
-pending_use(kind)
+local kind = pending_use(ARGV[1])
 local channel = ARGV[2]
 local slot = ARGV[3]
 local key = ARGV[4]

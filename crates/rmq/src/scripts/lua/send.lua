@@ -2,7 +2,7 @@
 -- Includes: layout pending records notify lifecycle
 --
 -- KEYS: the ten slot keys (see layout.lua).
--- ARGV[1] kind: 'p' priority | 'f' fixed-time | 'r' range-merge
+-- ARGV[1] kind: 'p' priority | 'f' fixed-time | 'r' range-merge; in upper case ('P' | 'F' | 'R') when the topic's pending layout is compact (pending.lua)
 -- ARGV[2] max_payload: bytes a payload may have at most
 -- ARGV[3] tolerance_ms: fixed-time: a due time older than now - tolerance is refused
 -- ARGV[4] channel: for wake-up notices
@@ -20,8 +20,7 @@
 -- Refused messages write nothing; the others are written in order.
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
-local kind = ARGV[1]
-pending_use(kind)
+local kind = pending_use(ARGV[1])
 local max_payload = tonumber(ARGV[2])
 local tolerance = tonumber(ARGV[3])
 local channel = ARGV[4]

@@ -2,7 +2,7 @@
 -- Includes: layout pending records notify lifecycle fence ending
 --
 -- KEYS: the ten slot keys (see layout.lua).
--- ARGV[1] kind: 'p' | 'f' | 'r'
+-- ARGV[1] kind: 'p' | 'f' | 'r'; in upper case ('P' | 'F' | 'R') when the topic's pending layout is compact (pending.lua)
 -- ARGV[2] max_attempts   ARGV[3] backoff_ms: first retry delay   ARGV[4] backoff_max_ms   ARGV[5] jitter: in [0,1)
 -- ARGV[6] channel: for wake-up notices   ARGV[7] slot: its number   ARGV[8] dead_max: dead letters kept per slot (0 = all)
 -- ARGV[9] owner: serial mode's lease owner ('' in parallel mode)   ARGV[10] epoch: its fencing token

@@ -7,7 +7,7 @@
 -- Includes: layout pending records notify lifecycle fence take ending
 --
 -- KEYS: the ten slot keys (see layout.lua).
--- ARGV[1] kind: 'p' | 'f' | 'r'
+-- ARGV[1] kind: 'p' | 'f' | 'r'; in upper case ('P' | 'F' | 'R') when the topic's pending layout is compact (pending.lua)
 -- ARGV[2] max_attempts   ARGV[3] backoff_ms: first retry delay   ARGV[4] backoff_max_ms   ARGV[5] jitter: in [0,1)
 -- ARGV[6] channel: for wake-up notices   ARGV[7] slot: its number   ARGV[8] dead_max: dead letters kept per slot (0 = all)
 -- ARGV[9] owner: serial mode's lease owner ('' in parallel mode)   ARGV[10] epoch: its fencing token
@@ -32,7 +32,9 @@
 -- a foreign type (found by the take, after the settle wrote).
 -- Error reply as settle.lua's (nothing written).
 
-local kind = ARGV[1]
+-- (settle_slot and take_slot take the kind as received: its case says
+-- the topic's pending layout.)
+local kind = pending_use(ARGV[1])
 local cfg = {
   max_attempts = tonumber(ARGV[2]),
   backoff_ms = tonumber(ARGV[3]),
@@ -53,7 +55,7 @@ end
 -- The settle leaves the slot's index entry to this call: a take sets it
 -- exactly, and every way out without one brings it up to date as a settle
 -- alone would have (index_ended).
-local codes, fenced = settle_slot(kind, cfg, jitter, channel, slot, owner, epoch, ARGV[14] or '', 15, true)
+local codes, fenced = settle_slot(ARGV[1], cfg, jitter, channel, slot, owner, epoch, ARGV[14] or '', 15, true)
 if codes.err then
   return codes
 end
@@ -115,7 +117,7 @@ if marked then
   return { codes, false, tonumber(marked), mark }
 end
 local count = math.max(math.min(tonumber(ARGV[12]) or 1, 1000), 1)
-local taken = take_slot(kind, count, tonumber(ARGV[13]), cfg, jitter, channel, slot, owner, epoch)
+local taken = take_slot(ARGV[1], count, tonumber(ARGV[13]), cfg, jitter, channel, slot, owner, epoch)
 if taken.err then
   index_ended(kind, slot)
   return { codes, false }

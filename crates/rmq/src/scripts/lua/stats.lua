@@ -12,8 +12,7 @@
 --   A slot that holds no key at all (never used) answers an empty array.
 -- Error reply RMQ_BADARG when KEYS are not whole slots.
 
-local kind = ARGV[1]
-pending_use(kind)
+local kind = pending_use(ARGV[1])
 local slots = slots_in_keys()
 if not slots then
   return redis.error_reply('RMQ_BADARG stats: ten keys per slot')

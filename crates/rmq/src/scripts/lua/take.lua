@@ -2,7 +2,8 @@
 -- the body of pop.lua, which settle_take.lua also runs right after a settle.
 -- Its contract (arguments, reply, errors) is pop.lua's header.
 
--- kind: 'p' | 'f' | 'r'; wanted: messages to take at most (0 only
+-- kind: 'p' | 'f' | 'r' as received (upper case: a compact topic, see
+-- pending_use); wanted: messages to take at most (0 only
 -- reclaims and reports; at most 1000); lease: ms; cfg: max_attempts,
 -- backoff_ms, backoff_max_ms, dead_max, dead_ttl; owner and epoch: serial
 -- mode's fence ('' in parallel mode). Returns pop.lua's reply, or an error
@@ -10,7 +11,7 @@
 local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner, epoch)
   local count = wanted
   local now = now_ms()
-  pending_use(kind)
+  kind = pending_use(kind)
 
   local fence_ok, leased, leased_until, paused, serial = lease_check(owner, epoch, now)
   if not fence_ok then
