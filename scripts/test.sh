@@ -26,12 +26,12 @@ if [[ $# -eq 0 ]]; then
     RMQ_TEST_CLUSTER=1 cargo test -p rmq --locked \
         --test merge --test ordering --test lifecycle --test in_flight \
         --test consumer_run --test serial --test faults --test model --test payloads --test control --test topic_life --test flow --test pool --test bound \
-        --test large_topics --test take_on_settle --test head_index --test affinity --test pending_buckets --test on_demand
+        --test large_topics --test take_on_settle --test head_index --test affinity --test pending_buckets --test pending_layout --test on_demand
     echo "== again, as a least-privilege ACL user, and as an FCALL-only user (locked-down mode) ==" >&2
     for mode in 1 functions; do
         RMQ_TEST_ACL=$mode cargo test -p rmq --locked \
             --test merge --test ordering --test lifecycle --test in_flight \
             --test consumer_run --test serial --test model --test payloads --test flow --test pool --test bound \
-            --test head_index --test herd --test large_topics --test take_on_settle --test pending_buckets --test on_demand
+            --test head_index --test herd --test large_topics --test take_on_settle --test pending_buckets --test pending_layout --test on_demand
     done
 fi

@@ -78,6 +78,8 @@ async fn a_consumer_at_concurrency_one_makes_one_call_per_message() {
             topic.send_batch(&batch).await.unwrap();
             let before = calls(&backend).await;
             let clock_before = command_calls(&backend, &["time"]).await;
+            let firsts_before = command_calls(&backend, &["zrange"]).await;
+            let due_before = command_calls(&backend, &["zrangebyscore"]).await;
             let handled = handle_all(
                 &topic,
                 n,
@@ -89,6 +91,14 @@ async fn a_consumer_at_concurrency_one_makes_one_call_per_message() {
             .await;
             let used = calls(&backend).await - before;
             let clock_reads = command_calls(&backend, &["time"]).await - clock_before;
+            let firsts = command_calls(&backend, &["zrange"]).await - firsts_before;
+            let due_reads = command_calls(&backend, &["zrangebyscore"]).await - due_before;
+            // Nothing expires and nothing waits for a retry here: no call
+            // looks for which leases ran out or which retries are due.
+            assert!(
+                due_reads <= 10,
+                "serial={serial}, take_on_settle={take_on_settle}: {due_reads} reads of what is due in {used} calls"
+            );
             let mut unique = handled.clone();
             unique.sort();
             unique.dedup();
@@ -107,6 +117,14 @@ async fn a_consumer_at_concurrency_one_makes_one_call_per_message() {
                 assert!(
                     clock_reads <= used,
                     "serial={serial}: {clock_reads} clock reads in {used} script calls"
+                );
+                // A call reads the head of the pending set once until it
+                // changes it, and the first lease deadline and first retry
+                // once (about 4.4 first members a call; 6.1 when each step
+                // read them again).
+                assert!(
+                    firsts * 2 <= used * 11,
+                    "serial={serial}: {firsts} first members read in {used} script calls"
                 );
             } else {
                 // The measure tells the two apart: a pop and a settle each.

@@ -68,6 +68,9 @@ local function settle_slot(kind, cfg, jitter, channel, slot, owner, epoch, ops, 
   local any_parked = false
   local bad
   if only_fast_acks then
+    -- The shape of the pending set: a typed read of m, which a take after
+    -- this settle (settle_take) reads anyway.
+    pending_state()
     any_parked = redis.call('HLEN', K.n) > 0
     if any_parked then
       bad = check_keys('d', 'm', 'a')

@@ -83,6 +83,14 @@ local function now_ms()
   return NOW_MS
 end
 
+-- The first member of each pending set (or bucket index) this call read,
+-- by key (false: the set is empty), and its score (a number). notify.lua's
+-- head reads it once; every writer of a pending set (pending.lua's
+-- pending_put, pending_remove, pending_take) forgets it. A call that
+-- settles and then takes asks for the head up to four times and reads it
+-- once. (Two flat tables: no table made per read.)
+local HEADS_READ, HEAD_SCORES = {}, {}
+
 local TYPE_OF = { q = 'zset', d = 'hash', f = 'zset', n = 'hash', m = 'hash', r = 'zset', x = 'zset', X = 'hash', a = 'hash', l = 'hash' }
 
 -- Keys this call found of the right type (or absent): a script writes
@@ -103,6 +111,15 @@ local function check_keys(...)
     end
   end
   return nil
+end
+
+-- Notes the named keys as checked: a typed read of each just succeeded
+-- (a read of a foreign type raises WRONGTYPE before anything is written),
+-- so the check before the first write needs no TYPE for them.
+local function checked(...)
+  for _, name in ipairs({ ... }) do
+    CHECKED[K[name]] = true
+  end
 end
 
 -- The same for all ten keys.

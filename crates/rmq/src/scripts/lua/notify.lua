@@ -75,16 +75,25 @@ local function mark_exact(slot, v)
   zset_put(MARKS, slot, v)
 end
 
--- The first message in consumption order: member and score, or nil.
+-- The first message in consumption order: member and score, or nil. Read
+-- once per call until a write of the pending set (HEADS_READ, layout.lua).
 local function head(kind)
-  local r
-  if kind == 'p' then
-    r = redis.call('ZRANGE', K.q, 0, 0, 'REV', 'WITHSCORES')
-  else
-    r = redis.call('ZRANGE', K.q, 0, 0, 'WITHSCORES')
+  local m = HEADS_READ[K.q]
+  if m == nil then
+    local r
+    if kind == 'p' then
+      r = redis.call('ZRANGE', K.q, 0, 0, 'REV', 'WITHSCORES')
+    else
+      r = redis.call('ZRANGE', K.q, 0, 0, 'WITHSCORES')
+    end
+    m = r[1] or false
+    if m then
+      HEAD_SCORES[K.q] = tonumber(r[2])
+    end
+    HEADS_READ[K.q] = m
   end
-  if r[1] then
-    return r[1], tonumber(r[2])
+  if m then
+    return m, HEAD_SCORES[K.q]
   end
   return nil, nil
 end

@@ -148,6 +148,7 @@ local function pending_state()
   local st = PENDING[K.m]
   if not st then
     local v = redis.call('HMGET', K.m, 'qb', 'qn')
+    CHECKED[K.m] = true -- a typed read (layout.lua's checked)
     local n = tonumber(v[1])
     st = { flat = not n, n = n or 0, c = tonumber(v[2]) or 0 }
     PENDING[K.m] = st
@@ -485,6 +486,8 @@ local function pending_put(keys, scores)
   if #keys == 0 then
     return
   end
+  -- It writes q: the first member read before may be gone.
+  HEADS_READ[K.q] = nil
   local st = pending_state()
   if st.flat then
     bulk('ZADD', K.q, zadd_args(keys, scores), 2)
@@ -540,6 +543,8 @@ local function pending_remove(keys)
   if #keys == 0 then
     return 0
   end
+  -- It writes q: the first member read before may be gone.
+  HEADS_READ[K.q] = nil
   local st = pending_state()
   if st.flat then
     return bulk('ZREM', K.q, keys, 1)
@@ -585,6 +590,8 @@ local function pending_take(count, limit)
   if count <= 0 then
     return keys, scores
   end
+  -- It writes q: the first member read before may be gone.
+  HEADS_READ[K.q] = nil
   local st = pending_state()
   if st.flat then
     local taken

@@ -71,6 +71,7 @@ end
 local seq
 if kind == 'p' then
   seq = tonumber(redis.call('HGET', K.m, 'seq') or '0')
+  checked('m')
 end
 
 local function new_score(v)
@@ -113,6 +114,7 @@ if #ukeys > 0 then
   -- retry, nor in flight. Only the others are looked up in the pending set
   -- (one read per bucket they hash to) and in r.
   local held = redis.call('HMGET', K.d, unpack(ukeys))
+  checked('d')
   local known = {}
   for j, key in ipairs(ukeys) do
     if held[j] then

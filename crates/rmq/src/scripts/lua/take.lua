@@ -26,13 +26,32 @@ local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner,
   local c = counters()
   local hm, hs = head(kind)
 
-  -- 1. Roll back expired leases, oldest first.
-  local expired = redis.call('ZRANGEBYSCORE', K.f, '-inf', now, 'LIMIT', 0, 100)
+  -- 1. Roll back expired leases, oldest first. The first lease deadline
+  -- and (priority) the first retry time are read first: only a slot with
+  -- one due reads which are (most calls find none), and a call that rolls
+  -- back and requeues nothing knows both firsts at its end without reading
+  -- them again (r is written only for priority topics: lifecycle.lua).
+  local f_first = first_score(K.f)
+  local expired = {}
+  if f_first and f_first <= now then
+    expired = redis.call('ZRANGEBYSCORE', K.f, '-inf', now, 'LIMIT', 0, 100)
+  end
+  local r_first = false
   local ready = {}
   if kind == 'p' then
-    ready = redis.call('ZRANGEBYSCORE', K.r, '-inf', now, 'LIMIT', 0, 1000)
+    r_first = first_score(K.r)
+    if r_first and r_first <= now then
+      ready = redis.call('ZRANGEBYSCORE', K.r, '-inf', now, 'LIMIT', 0, 1000)
+    end
   end
+  local moved = #expired > 0 or #ready > 0
   local has_meta = redis.call('HLEN', K.a) > 0
+  checked('a')
+  if count > 0 then
+    -- The shape of the pending set, which the take reads anyway: read now,
+    -- it checks m's type too.
+    pending_state()
+  end
   -- l, q, f, r and a were read above and nothing is written before this
   -- check: taking writes q, f, a, m and reads d; rolling back and retrying
   -- touch every key.
@@ -57,8 +76,13 @@ local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner,
     end
   end
 
+  -- Whether anything is in flight (after the rollbacks).
+  local flying = f_first ~= false
+  if #expired > 0 then
+    flying = redis.call('ZCARD', K.f) > 0
+  end
   if owner ~= '' then
-    if redis.call('ZCARD', K.f) > 0 then
+    if flying then
       count = 0
       blocked = true
     else
@@ -84,7 +108,7 @@ local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner,
     end
   end
 
-  if #expired > 0 or #ready > 0 then
+  if moved then
     has_meta = redis.call('HLEN', K.a) > 0 -- rolled-back messages wrote theirs
   end
 
@@ -93,6 +117,7 @@ local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner,
 
   local out = {}
   local got = #keys
+  local added = 0 -- deliveries put in flight (a key without a payload is not)
   if got > 0 then
     local payloads = redis.call('HMGET', K.d, unpack(keys))
     -- Attempts of redelivered messages; their meta moves into the delivery id.
@@ -138,7 +163,8 @@ local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner,
     end
     if #fargs > 0 then
       redis.call('ZADD', K.f, unpack(fargs))
-      c.delivered = c.delivered + #fargs / 2
+      added = #fargs / 2
+      c.delivered = c.delivered + added
     end
   end
 
@@ -148,7 +174,13 @@ local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner,
   end
 
   local _, qs = head(kind)
-  local retry_at, flight_at = first_score(K.r), first_score(K.f)
+  local retry_at, flight_at = r_first, f_first
+  if moved then
+    retry_at, flight_at = kind == 'p' and first_score(K.r), first_score(K.f)
+    flying = flight_at ~= false
+  elseif added > 0 and (not flight_at or now + lease < flight_at) then
+    flight_at = now + lease -- the deliveries just taken
+  end
   index_put(slot, index_of(kind, qs, retry_at, flight_at, paused))
   -- A parallel take that leaves work behind marks it (notify.lua): more due
   -- now wakes a second consumer to help, and work due later is left to
@@ -172,7 +204,7 @@ local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner,
     if not flight_at or leased_until < flight_at then
       flight_at = leased_until
     end
-  elseif blocked and redis.call('ZCARD', K.f) > 0 then
+  elseif blocked and flying then
     -- Nothing to take until the in-flight delivery ends (its lease deadline is reported).
     qs = nil
   end
