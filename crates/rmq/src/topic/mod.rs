@@ -1,4 +1,5 @@
-//! Topics: the definition (`spec.rs`), the settings as they are now
+//! Topics: the definition (`spec.rs`; how a deep slot keeps its pending
+//! messages: `layout.rs`), the settings as they are now
 //! (`live.rs`: changed by `Client::update_topic`, seen by every handle
 //! within seconds), and the [`Topic`] handle that sends, consumes and
 //! inspects; a bounded topic's room (`bound.rs`); the calls that reach its
@@ -6,14 +7,16 @@
 
 mod bound;
 pub(crate) mod index;
+mod layout;
 mod live;
 mod spec;
 
+pub use layout::PendingLayout;
 use live::Live;
 pub(crate) use live::{Current, REFRESH as LIVE_REFRESH};
 pub use spec::{
-    validate_prefix, validate_topic_name, PendingLayout, TopicKind, TopicSpec, MAX_IN_FLIGHT,
-    MAX_PENDING, MAX_PREFIX, MAX_PRIORITY, MAX_RATE, MAX_SLOTS, MAX_TOPIC_NAME,
+    validate_prefix, validate_topic_name, TopicKind, TopicSpec, MAX_IN_FLIGHT, MAX_PENDING,
+    MAX_PREFIX, MAX_PRIORITY, MAX_RATE, MAX_SLOTS, MAX_TOPIC_NAME,
 };
 
 /// A defined topic: send to it, consume from it, inspect it. Cheap to clone.
