@@ -15,13 +15,13 @@ use crate::error::{Error, ErrorKind, Result};
 #[serde(rename_all = "kebab-case")]
 pub enum PendingLayout {
     /// One sorted set per slot, however deep (~280 B of Redis memory a
-    /// pending message with a 16 B key and a 64 B payload): a slot of
-    /// 5,000 consumes at the rate of a slot of 50. The default.
+    /// pending message with a 16 B key and a 64 B payload): a take
+    /// touches one key however deep the slot. The default.
     #[default]
     Flat,
     /// Past 120 pending, small sorted sets chosen by a hash of the merge
     /// key under an index of their heads (~190 B a pending message at 1M),
-    /// at the price of 30–40% more Redis work a message while a slot holds
+    /// at the price of 20–50% more Redis work a message while a slot holds
     /// more than 120 (every take touches many small sets). For topics
     /// whose backlog is large and whose rate is not.
     Compact,

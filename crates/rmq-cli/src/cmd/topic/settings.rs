@@ -109,8 +109,8 @@ pub struct Settings {
     #[arg(long, value_name = "MS")]
     pub handler_timeout: Option<u64>,
     /// How a slot keeps its pending messages once it holds more than 120:
-    /// flat (the fastest: a slot of 5,000 consumes as fast as one of 50,
-    /// ~280 B of Redis a message) or compact (~190 B a message, 30-40%
+    /// flat (the fastest: a take touches one key however deep the slot,
+    /// ~280 B of Redis a message) or compact (~190 B a message, 20-50%
     /// more Redis work a message while a slot is that deep); a change
     /// applies to each slot at its next write [default: flat]
     #[arg(long, value_enum, value_name = "LAYOUT")]
