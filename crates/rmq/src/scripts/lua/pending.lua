@@ -148,7 +148,7 @@ local function pending_state()
   local st = PENDING[K.m]
   if not st then
     local v = redis.call('HMGET', K.m, 'qb', 'qn')
-    CHECKED[K.m] = true -- a typed read (layout.lua's checked)
+    checked('m') -- a typed read
     local n = tonumber(v[1])
     st = { flat = not n, n = n or 0, c = tonumber(v[2]) or 0 }
     PENDING[K.m] = st
