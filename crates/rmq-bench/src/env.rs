@@ -76,6 +76,20 @@ impl Env {
         // A/B of the head index in any mode (e.g. --instructions).
         let index = std::env::var("RMQ_BENCH_HEAD_INDEX").map_or(true, |v| v != "off");
         let opts = ClientOptions::default().prefix(prefix).head_index(index);
+        // A/B of FCALL against EVALSHA: the library is loaded by a first
+        // client, as `rmq functions load` would (not on a cluster).
+        if std::env::var("RMQ_BENCH_FUNCTIONS").is_ok_and(|v| v == "on") {
+            let loader = Client::connect_with(&self.url, opts.clone())
+                .await
+                .context("connecting to Redis")?;
+            loader
+                .load_functions()
+                .await
+                .context("loading the Function library")?;
+            return Client::connect_with(&self.url, opts.functions(true))
+                .await
+                .context("connecting to Redis");
+        }
         if self.cluster_nodes.is_some() {
             let seeds: Vec<&str> = self.url.split(',').map(str::trim).collect();
             return Client::connect_cluster(&seeds, opts)

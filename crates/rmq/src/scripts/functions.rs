@@ -33,6 +33,7 @@ impl Library {
 pub(crate) fn library() -> &'static Library {
     static LIB: OnceLock<Library> = OnceLock::new();
     LIB.get_or_init(|| {
+        let helpers = hoisted_helpers();
         let mut body_parts = Vec::new();
         for id in ScriptId::ALL {
             let (flags, _) = id.source();
@@ -41,28 +42,58 @@ pub(crate) fn library() -> &'static Library {
                 .find_map(|w| w.strip_prefix("flags="))
                 .map(|f| f.split(',').map(|x| format!("'{x}'")).collect())
                 .unwrap_or_default();
-            let code = super::text(id);
-            body_parts.push((id, flags, code));
+            body_parts.push((id, flags, super::main_text(id)));
         }
         // Flags too: a library that differs only in a flag is another one.
-        let all: String = body_parts
-            .iter()
-            .map(|(_, flags, code)| format!("{}\n{code}", flags.join(",")))
+        let all: String = std::iter::once(helpers.clone())
+            .chain(
+                body_parts
+                    .iter()
+                    .map(|(_, flags, code)| format!("{}\n{code}", flags.join(","))),
+            )
             .collect();
         let hash = redis::Script::new(&all).get_hash()[..10].to_string();
         let name = format!("rmq_{hash}");
-        let mut code = format!("#!lua name={name}\n");
+        let mut code = format!("#!lua name={name}\n{helpers}\n");
         let mut names = Vec::new();
         for (id, flags, body) in body_parts {
             let fname = format!("{name}_{}", id.name());
             code.push_str(&format!(
-                "redis.register_function{{function_name='{fname}', flags={{{}}}, callback=function(KEYS, ARGV)\n{body}\nend}}\n",
+                "redis.register_function{{function_name='{fname}', flags={{{}}}, callback=function(KEYS, ARGV)\nrmq_begin(KEYS, ARGV)\n{body}\nend}}\n",
                 flags.join(",")
             ));
             names.push((id, fname));
         }
         Library { name, code, names }
     })
+}
+
+/// Every include's helpers, built once when the library loads, and
+/// `rmq_begin`, which each function calls first to set what the includes
+/// keep per call (`KEYS`, `ARGV`, the slot's keys, the clock, the caches):
+/// an `EVALSHA` script builds all of it on every call, closures included.
+/// The per-call state is declared where the include declares it (a helper
+/// sees what it saw) and set in `rmq_begin`, so no call sees another's.
+fn hoisted_helpers() -> String {
+    let mut helpers = String::from("local KEYS, ARGV\n");
+    let mut per_call = Vec::new();
+    for (_, src) in super::INCLUDES {
+        for st in super::shake::statements(src) {
+            if st.is_function() {
+                helpers.push_str(st.text);
+                helpers.push('\n');
+                continue;
+            }
+            if !st.defines.is_empty() {
+                helpers.push_str(&format!("local {}\n", st.defines.join(", ")));
+            }
+            per_call.push(st.as_assignment());
+        }
+    }
+    format!(
+        "{helpers}\nlocal function rmq_begin(keys, argv)\nKEYS, ARGV = keys, argv\n{}\nend\n",
+        per_call.join("\n")
+    )
 }
 
 /// Rewrites an `EVALSHA <sha> <numkeys> ...` call of `id` as `FCALL`.
@@ -102,6 +133,40 @@ mod tests {
             "function_name='{}', flags={{'allow-oom','allow-cross-slot-keys'}}",
             lib.function(ScriptId::Renew)
         )));
+    }
+
+    #[test]
+    fn no_two_includes_define_one_name() {
+        // The library puts every include at one level: a name defined twice
+        // would reach a script that never named the later include.
+        let mut seen = std::collections::HashMap::new();
+        for (inc, src) in crate::scripts::INCLUDES {
+            for st in crate::scripts::shake::statements(src) {
+                for name in st.defines {
+                    if let Some(first) = seen.insert(name.clone(), inc) {
+                        panic!("{name} is defined by {first}.lua and {inc}.lua");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn helpers_are_built_once_and_state_is_set_per_call() {
+        let lib = library();
+        let callback = lib.code.find("redis.register_function").unwrap();
+        let (top, functions) = lib.code.split_at(callback);
+        assert!(top.contains("local function take_slot("));
+        assert!(!functions.contains("local function take_slot("));
+        // Declared at the top, set in rmq_begin.
+        assert!(top.contains("\nlocal NOW_MS\n"));
+        assert!(top.contains("\nNOW_MS = nil\n"));
+        assert!(top.contains("\nlocal HEADS_READ, HEAD_SCORES\n"));
+        assert!(top.contains("\nHEADS_READ, HEAD_SCORES = {}, {}\n"));
+        assert_eq!(
+            functions.matches("rmq_begin(KEYS, ARGV)").count(),
+            ScriptId::ALL.len()
+        );
     }
 
     #[test]

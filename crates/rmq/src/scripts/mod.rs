@@ -30,6 +30,7 @@ pub(crate) mod room;
 pub(crate) mod secret;
 pub(crate) mod send;
 pub(crate) mod settle;
+pub(crate) mod shake;
 
 /// The helpers scripts share, one include per concern, in the order they
 /// are put before a script's body (a later one may use an earlier one).
@@ -316,26 +317,38 @@ fn includes_named(body: &str) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-/// A script's Lua text without its `#!lua` line: the includes it names (in
-/// their fixed order), then its body, run through the memo wrapper when the
-/// script is memoized. Both the EVALSHA scripts and the Function library
-/// are built from it.
-pub(crate) fn text(id: ScriptId) -> String {
-    let (_, body) = id.source();
-    let named = includes_named(body);
-    let common: String = INCLUDES
+/// The sources of the includes a script names, in their fixed order.
+fn includes_of(id: ScriptId) -> Vec<&'static str> {
+    let named = includes_named(id.source().1);
+    INCLUDES
         .iter()
         .filter(|(name, _)| named.contains(name))
-        .map(|(_, src)| format!("{src}\n"))
-        .collect();
+        .map(|(_, src)| *src)
+        .collect()
+}
+
+/// What a script runs after its includes: its body, run through the memo
+/// wrapper when the script is memoized.
+fn main_text(id: ScriptId) -> String {
+    let (_, body) = id.source();
     if id.memoized() {
         format!(
-            "{common}\nlocal memo_pack, memo_unpack, memo_key_at\n{}\nlocal function rmq_main()\n{body}\nend\n{MEMO}",
+            "local memo_pack, memo_unpack, memo_key_at\n{}\nlocal function rmq_main()\n{body}\nend\n{MEMO}",
             id.memo_codec()
         )
     } else {
-        format!("{common}\n{body}")
+        body.to_string()
     }
+}
+
+/// A script's Lua text without its `#!lua` line, as EVALSHA runs it: of
+/// the includes it names (in their fixed order), the statements its body
+/// reaches (`shake.rs`), then [`main_text`]. The Function library puts
+/// the includes' helpers outside the functions instead (`functions.rs`).
+pub(crate) fn text(id: ScriptId) -> String {
+    let main = main_text(id);
+    let common = shake::reachable(&includes_of(id), &main);
+    format!("{common}\n\n{main}")
 }
 
 /// The `<array>[n] name` entries of a header (`array` is `KEYS` or
@@ -562,19 +575,15 @@ mod tests {
             }
             // A helper used but not included would be a global at run time
             // (an error only on the path that calls it): refuse it here.
+            // With the includes shaken (shake.rs), a helper a kept one
+            // calls must have been kept too.
             let code = text(id);
-            let code_lines: String = code
-                .lines()
-                .filter(|l| !l.trim_start().starts_with("--"))
-                .collect::<Vec<_>>()
-                .join("\n");
+            let used = shake::words(&code);
+            let has = defined(&code);
             for (inc, src) in INCLUDES {
-                if code.contains(src) {
-                    continue;
-                }
                 for name in defined(src) {
                     assert!(
-                        !uses(&code_lines, &name),
+                        !used.contains(&name) || has.contains(&name),
                         "{id:?} uses {name} from {inc}.lua without including it"
                     );
                 }
