@@ -43,7 +43,7 @@ local function trim_dead(ttl, now, c)
   if not ttl or ttl <= 0 then
     return
   end
-  local old = redis.call('ZRANGEBYSCORE', K.x, '-inf', now - ttl, 'LIMIT', 0, 100)
+  local old = redis.call('ZRANGEBYSCORE', K.x, '-inf', now - ttl, 'LIMIT', '0', '100')
   if #old > 0 then
     redis.call('ZREM', K.x, unpack(old))
     redis.call('HDEL', K.X, unpack(old))

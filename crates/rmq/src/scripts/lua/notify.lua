@@ -82,9 +82,9 @@ local function head(kind)
   if m == nil then
     local r
     if kind == 'p' then
-      r = redis.call('ZRANGE', K.q, 0, 0, 'REV', 'WITHSCORES')
+      r = redis.call('ZRANGE', K.q, '0', '0', 'REV', 'WITHSCORES')
     else
-      r = redis.call('ZRANGE', K.q, 0, 0, 'WITHSCORES')
+      r = redis.call('ZRANGE', K.q, '0', '0', 'WITHSCORES')
     end
     m = r[1] or false
     if m then
@@ -99,7 +99,7 @@ local function head(kind)
 end
 
 local function first_score(key)
-  local r = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local r = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
   if r[1] then
     return tonumber(r[2])
   end
@@ -145,7 +145,7 @@ end
 -- is empty or holds a foreign type: a script that already wrote must not
 -- fail on it).
 local function first_score_if_zset(key)
-  local r = redis.pcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local r = redis.pcall('ZRANGE', key, '0', '0', 'WITHSCORES')
   if type(r) == 'table' and r[2] then
     return tonumber(r[2])
   end

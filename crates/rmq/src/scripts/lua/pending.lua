@@ -168,9 +168,9 @@ end
 local function bucket_head(bk)
   local r
   if PENDING_REV then
-    r = redis.call('ZRANGE', bk, 0, 0, 'REV', 'WITHSCORES')
+    r = redis.call('ZRANGE', bk, '0', '0', 'REV', 'WITHSCORES')
   else
-    r = redis.call('ZRANGE', bk, 0, 0, 'WITHSCORES')
+    r = redis.call('ZRANGE', bk, '0', '0', 'WITHSCORES')
   end
   if r[1] then
     return r[1], tonumber(r[2])
@@ -259,7 +259,7 @@ end
 
 -- Reads a whole bucket: keys and scores (numbers).
 local function bucket_all(bk)
-  local r = redis.call('ZRANGE', bk, 0, -1, 'WITHSCORES')
+  local r = redis.call('ZRANGE', bk, '0', '-1', 'WITHSCORES')
   local keys, scores = {}, {}
   for i = 1, #r, 2 do
     keys[#keys + 1] = r[i]
@@ -353,7 +353,7 @@ end
 
 -- A flat set grown past PENDING_FLAT_MAX becomes buckets.
 local function pending_to_buckets(st)
-  local all = redis.call('ZRANGE', K.q, 0, -1, 'WITHSCORES')
+  local all = redis.call('ZRANGE', K.q, '0', '-1', 'WITHSCORES')
   local c = #all / 2
   st.flat, st.n, st.c = false, math.max(2, math.ceil(c / PENDING_LOAD)), c
   local groups, order = {}, {}
@@ -388,7 +388,7 @@ local function pending_to_flat(st)
   local args, gone = {}, {}
   for b = 0, st.n - 1 do
     local bk = bucket_key(b)
-    local r = redis.call('ZRANGE', bk, 0, -1, 'WITHSCORES')
+    local r = redis.call('ZRANGE', bk, '0', '-1', 'WITHSCORES')
     for i = 1, #r, 2 do
       args[#args + 1] = r[i + 1]
       args[#args + 1] = r[i]
@@ -596,9 +596,9 @@ local function pending_take(count, limit)
   if st.flat then
     local taken
     if PENDING_REV then
-      taken = redis.call('ZPOPMAX', K.q, count)
+      taken = redis.call('ZPOPMAX', K.q, fmt(count))
     else
-      taken = redis.call('ZRANGE', K.q, '-inf', limit, 'BYSCORE', 'LIMIT', 0, count, 'WITHSCORES')
+      taken = redis.call('ZRANGE', K.q, '-inf', fmt(limit), 'BYSCORE', 'LIMIT', '0', fmt(count), 'WITHSCORES')
     end
     for i = 1, #taken, 2 do
       keys[#keys + 1] = taken[i]
@@ -611,9 +611,9 @@ local function pending_take(count, limit)
   end
   local r
   if PENDING_REV then
-    r = redis.call('ZRANGE', K.q, 0, count, 'REV', 'WITHSCORES')
+    r = redis.call('ZRANGE', K.q, '0', fmt(count), 'REV', 'WITHSCORES')
   else
-    r = redis.call('ZRANGE', K.q, 0, count, 'WITHSCORES')
+    r = redis.call('ZRANGE', K.q, '0', fmt(count), 'WITHSCORES')
   end
   local heads = {}
   for i = 1, #r, 2 do
@@ -661,9 +661,9 @@ local function pending_take(count, limit)
         local off = #taken[b]
         local run
         if PENDING_REV then
-          run = redis.call('ZRANGE', bucket_key(b), off, off + per - 1, 'REV', 'WITHSCORES')
+          run = redis.call('ZRANGE', bucket_key(b), fmt(off), fmt(off + per - 1), 'REV', 'WITHSCORES')
         else
-          run = redis.call('ZRANGE', bucket_key(b), off, off + per - 1, 'WITHSCORES')
+          run = redis.call('ZRANGE', bucket_key(b), fmt(off), fmt(off + per - 1), 'WITHSCORES')
         end
         buf = { k = {}, s = {}, raw = {}, i = 1, more = #run == 2 * per }
         for j = 1, #run, 2 do
@@ -724,9 +724,9 @@ local function pending_range(from, limit)
   -- comes after the m-th head.
   local r
   if PENDING_REV then
-    r = redis.call('ZRANGE', K.q, 0, m - 1, 'REV', 'WITHSCORES')
+    r = redis.call('ZRANGE', K.q, '0', fmt(m - 1), 'REV', 'WITHSCORES')
   else
-    r = redis.call('ZRANGE', K.q, 0, m - 1, 'WITHSCORES')
+    r = redis.call('ZRANGE', K.q, '0', fmt(m - 1), 'WITHSCORES')
   end
   -- With fewer heads than m, every member of their buckets may count.
   local bound = r[#r]
@@ -738,9 +738,9 @@ local function pending_range(from, limit)
     local bk = bucket_key(bucket_for(st, r[i]))
     local got
     if PENDING_REV then
-      got = redis.call('ZRANGE', bk, '+inf', bound, 'BYSCORE', 'REV', 'LIMIT', 0, m, 'WITHSCORES')
+      got = redis.call('ZRANGE', bk, '+inf', bound, 'BYSCORE', 'REV', 'LIMIT', '0', fmt(m), 'WITHSCORES')
     else
-      got = redis.call('ZRANGE', bk, '-inf', bound, 'BYSCORE', 'LIMIT', 0, m, 'WITHSCORES')
+      got = redis.call('ZRANGE', bk, '-inf', bound, 'BYSCORE', 'LIMIT', '0', fmt(m), 'WITHSCORES')
     end
     for j = 1, #got, 2 do
       all[#all + 1] = { k = got[j], s = tonumber(got[j + 1]), raw = got[j + 1] }

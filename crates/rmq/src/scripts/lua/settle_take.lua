@@ -89,7 +89,7 @@ local function better_marked()
   if not s then
     return nil
   end
-  local r = redis.pcall('ZRANGE', MARKS, 0, 1, 'WITHSCORES')
+  local r = redis.pcall('ZRANGE', MARKS, '0', '1', 'WITHSCORES')
   if type(r) ~= 'table' then
     return nil
   end

@@ -34,14 +34,14 @@ local function take_slot(kind, wanted, lease, cfg, jitter, channel, slot, owner,
   local f_first = first_score(K.f)
   local expired = {}
   if f_first and f_first <= now then
-    expired = redis.call('ZRANGEBYSCORE', K.f, '-inf', now, 'LIMIT', 0, 100)
+    expired = redis.call('ZRANGEBYSCORE', K.f, '-inf', fmt(now), 'LIMIT', '0', '100')
   end
   local r_first = false
   local ready = {}
   if kind == 'p' then
     r_first = first_score(K.r)
     if r_first and r_first <= now then
-      ready = redis.call('ZRANGEBYSCORE', K.r, '-inf', now, 'LIMIT', 0, 1000)
+      ready = redis.call('ZRANGEBYSCORE', K.r, '-inf', fmt(now), 'LIMIT', '0', '1000')
     end
   end
   local moved = #expired > 0 or #ready > 0
