@@ -581,8 +581,14 @@ fn stats_peek_and_dead_letters() {
     let r = env
         .ok(&["--json", "dead", "requeue", "p", "--key", "a"])
         .json();
-    assert_eq!(keys(&r[0]), names(&["requeued", "merged"]));
-    assert_eq!(r[0]["requeued"], 1);
+    // The letter's line, then the counts.
+    assert_eq!(r.len(), 2, "{r:?}");
+    assert_eq!(
+        (&r[0]["key"], &r[0]["outcome"]),
+        (&Value::from("a"), &Value::from("requeued"))
+    );
+    assert_eq!(keys(&r[1]), names(&["requeued", "merged"]));
+    assert_eq!(r[1]["requeued"], 1);
     let peek = env.ok(&["--json", "peek", "p"]).json();
     assert_eq!(
         (peek.len(), &peek[0]["key"], &peek[0]["attempts"]),

@@ -102,6 +102,10 @@ async fn messages_are_sent_looked_up_rescheduled_and_cancelled_by_key() {
         (StatusCode::OK, Some(false)),
         "{v}"
     );
+    // Its due time as stored, counted from the server's clock.
+    let due = v["server_ms"].as_i64().map(|now| now + 60000);
+    assert_eq!(v["due_ms"].as_i64(), due, "{v}");
+    assert!(v.get("priority").is_none(), "{v}");
     let batch: Vec<Value> = (0..50)
         .map(|i| json!({"payload": "p", "key": format!("b{i}"), "delay": 0}))
         .collect();

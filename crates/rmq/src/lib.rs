@@ -114,7 +114,7 @@ pub use group::{
     Coordinator, CoordinatorError, CoordinatorFuture, GroupRef, LeaseReply, Membership,
 };
 pub use message::{Message, Received, Timing, MAX_KEY_BYTES, MAX_TIME_MS};
-pub use outcome::{Moved, Sent, Settled};
+pub use outcome::{Moved, RequeuedLetter, Sent, Settled};
 pub use producer::{BatchReport, MAX_BATCH};
 pub use slot::slot_of;
 pub use tokio_util::sync::CancellationToken;

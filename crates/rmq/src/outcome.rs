@@ -16,6 +16,40 @@ pub struct Sent {
     /// Durable sends ([`Topic::durable`](crate::Topic::durable)): how many
     /// replicas had the write when the send returned. `None` otherwise.
     pub replicas: Option<u32>,
+    /// Priority topics: the priority the message has now (a merge takes
+    /// the newer one).
+    pub priority: Option<u32>,
+    /// Time-based topics: the due time the message has now, in Unix ms by
+    /// the server's clock (a range merge keeps the first send's; a
+    /// fixed-time merge takes the newer one).
+    pub due_ms: Option<i64>,
+    /// The server's clock when the send ran (Unix ms): what a `+delay`
+    /// counted from.
+    pub server_ms: i64,
+}
+
+/// What a requeue did with one dead letter
+/// ([`Topic::requeue_dead_each`](crate::Topic::requeue_dead_each)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequeuedLetter {
+    /// Its merge key.
+    pub key: Vec<u8>,
+    /// The slot it lives in.
+    pub slot: u32,
+    /// True when it merged into a message of the same key that was
+    /// already waiting (that message's payload and place win).
+    pub merged: bool,
+    /// True when the same key was in flight: it waits behind that delivery.
+    pub behind_in_flight: bool,
+    /// Priority topics: the priority it (or the message it merged into)
+    /// has now.
+    pub priority: Option<u32>,
+    /// Time-based topics: the due time it (or the message it merged into)
+    /// has now, in Unix ms by the server's clock: a requeued letter is due
+    /// at once.
+    pub due_ms: Option<i64>,
+    /// The server's clock when the requeue ran (Unix ms).
+    pub server_ms: i64,
 }
 
 /// How a delivery ended.

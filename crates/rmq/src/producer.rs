@@ -8,7 +8,7 @@ use crate::message::Message;
 use crate::outcome::Sent;
 use crate::scripts::send::{self, Item, SendRequest};
 use crate::scripts::{codes, ScriptId};
-use crate::topic::{Topic, TopicSpec};
+use crate::topic::{Topic, TopicKind, TopicSpec};
 
 /// Messages per script call: bounds the time one call holds Redis.
 const PER_CALL: usize = 1_000;
@@ -217,16 +217,22 @@ impl Topic {
     ) -> Option<usize> {
         match reply {
             Ok(v) => {
-                let codes = send::reply_codes(v, members.len());
-                let new = codes.iter().filter(|&&c| send::is_new(c)).count();
-                for (&i, code) in members.iter().zip(codes) {
-                    let sent = codes::sent(
-                        code,
-                        slots[i],
-                        spec.max_payload_bytes,
-                        spec.past_tolerance_ms,
-                    )
-                    .map_err(|e| full_with_bound(e, spec.max_pending));
+                let reply = send::reply(v, members.len());
+                let new = reply
+                    .results
+                    .iter()
+                    .filter(|&&(c, _)| send::is_new(c))
+                    .count();
+                for (&i, (code, score)) in members.iter().zip(reply.results) {
+                    let at = codes::SentAt {
+                        slot: slots[i],
+                        priority_topic: spec.kind == TopicKind::Priority,
+                        score,
+                        server_ms: reply.server_ms,
+                    };
+                    let sent =
+                        codes::sent(code, at, spec.max_payload_bytes, spec.past_tolerance_ms)
+                            .map_err(|e| full_with_bound(e, spec.max_pending));
                     results[i] = Some(sent.and_then(|s| self.check_replicated(s, acked)));
                 }
                 Some(new)

@@ -306,6 +306,85 @@ async fn requeued_dead_letters_wait_behind_their_key_in_flight_and_merge_into_it
 }
 
 #[tokio::test]
+async fn a_requeue_says_what_became_of_each_letter_as_redis_holds_it() {
+    let (_s, _c, topic) = setup_with(spec(TopicKind::Priority).slots(1)).await;
+    for (key, priority) in [("a", 7), ("b", 2), ("c", 4)] {
+        topic
+            .send(Message::new(key).key(key).priority(priority))
+            .await
+            .unwrap();
+    }
+    for d in topic.take(3).await.unwrap() {
+        d.dead("bad").await.unwrap();
+    }
+    // b in flight again, c pending again with another priority.
+    topic
+        .send(Message::new("b2").key("b").priority(1))
+        .await
+        .unwrap();
+    let b = topic.take(1).await.unwrap().pop().unwrap();
+    assert_eq!(b.payload, b"b2");
+    topic
+        .send(Message::new("c2").key("c").priority(9))
+        .await
+        .unwrap();
+
+    let mut letters = topic.requeue_dead_each(DeadSelection::All).await.unwrap();
+    letters.sort_by(|x, y| x.key.cmp(&y.key));
+    let told: Vec<(&[u8], bool, bool, Option<u32>)> = letters
+        .iter()
+        .map(|l| (l.key.as_slice(), l.merged, l.behind_in_flight, l.priority))
+        .collect();
+    assert_eq!(
+        told,
+        [
+            (&b"a"[..], false, false, Some(7)),
+            (&b"b"[..], false, true, Some(2)),
+            (&b"c"[..], true, false, Some(9)),
+        ]
+    );
+    assert!(letters
+        .iter()
+        .all(|l| l.due_ms.is_none() && l.server_ms > 0));
+    assert_eq!(topic.get(b"a").await.unwrap().priority, Some(7));
+    let parked = topic.get(b"b").await.unwrap().parked.unwrap();
+    assert_eq!(
+        (parked.payload.as_slice(), parked.priority),
+        (&b"b"[..], Some(2))
+    );
+    assert_eq!(topic.get(b"c").await.unwrap().priority, Some(9));
+    assert_eq!(topic.stats().await.unwrap().total.dead, 0);
+
+    // A time-based letter is due at once, by the server's clock.
+    let (_s, _c, topic) = setup_with(spec(TopicKind::FixedTime)).await;
+    topic
+        .send(Message::new("f").key("f").delay(Duration::ZERO))
+        .await
+        .unwrap();
+    topic
+        .take(1)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap()
+        .dead("bad")
+        .await
+        .unwrap();
+    let letters = topic
+        .requeue_dead_each(DeadSelection::Key(b"f".to_vec()))
+        .await
+        .unwrap();
+    assert_eq!(letters.len(), 1);
+    let l = &letters[0];
+    assert_eq!(
+        (l.merged, l.priority, l.due_ms),
+        (false, None, Some(l.server_ms))
+    );
+    assert_eq!(topic.get(b"f").await.unwrap().due_ms, l.due_ms);
+    assert_eq!(l.slot, topic.slot_of(b"f"));
+}
+
+#[tokio::test]
 async fn requeue_all_takes_what_was_dead_when_it_started_each_at_most_once() {
     // A consumer dead-letters everything it gets (a poison topic), so a
     // requeued message dies again at once: requeueing "all" must end, and

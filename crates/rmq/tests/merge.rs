@@ -120,3 +120,51 @@ async fn slot_is_crc32_of_the_basis() {
     assert_eq!(a.slot, b.slot);
     assert_eq!(c.slot, rmq::slot_of(b"k3", 16));
 }
+
+#[tokio::test]
+async fn a_send_tells_the_place_the_merge_gave_the_message_as_redis_holds_it() {
+    // Priority: the newest priority, pending and behind an in-flight delivery.
+    let (_s, _c, topic) = setup(TopicKind::Priority, 1).await;
+    let a = topic
+        .send(Message::new("a1").key("a").priority(5))
+        .await
+        .unwrap();
+    assert_eq!((a.priority, a.due_ms, a.merged), (Some(5), None, false));
+    assert!(a.server_ms > 0);
+    let a = topic
+        .send(Message::new("a2").key("a").priority(9))
+        .await
+        .unwrap();
+    assert_eq!((a.priority, a.merged), (Some(9), true));
+    assert_eq!(topic.get(b"a").await.unwrap().priority, Some(9));
+    let taken = topic.take(1).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    let behind = topic
+        .send(Message::new("a3").key("a").priority(3))
+        .await
+        .unwrap();
+    assert_eq!(
+        (behind.priority, behind.behind_in_flight, behind.merged),
+        (Some(3), true, false)
+    );
+    let behind = topic
+        .send(Message::new("a4").key("a").priority(4))
+        .await
+        .unwrap();
+    assert_eq!(
+        (behind.priority, behind.behind_in_flight, behind.merged),
+        (Some(4), true, true)
+    );
+    let parked = topic.get(b"a").await.unwrap().parked.unwrap();
+    assert_eq!(parked.priority, Some(4));
+
+    // Fixed time: the due time counted from the server's clock.
+    let (_s, _c, topic) = setup(TopicKind::FixedTime, 2).await;
+    let f = topic
+        .send(Message::new("f").key("f").delay(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(f.due_ms, Some(f.server_ms + 60_000));
+    assert_eq!(f.priority, None);
+    assert_eq!(topic.get(b"f").await.unwrap().due_ms, f.due_ms);
+}

@@ -15,6 +15,7 @@ use serde::Serialize;
 use super::key_arg;
 use crate::output::{self, Out};
 use crate::{connect, CliResult, Global};
+use rmq_serve::views::KeyField;
 
 #[derive(Debug, Subcommand)]
 pub enum DeadCmd {
@@ -26,7 +27,9 @@ pub enum DeadCmd {
         #[arg(long, value_name = "N", default_value_t = 100)]
         limit: usize,
     },
-    /// Give dead letters a fresh start
+    /// Give dead letters a fresh start (with --json: one line per letter, its
+    /// outcome requeued|merged and its priority or due time as stored, then
+    /// the counts)
     Requeue(Select),
     /// Delete dead letters for good
     Purge(Select),
@@ -78,6 +81,36 @@ struct DeadJson {
     deaths: u32,
 }
 
+/// What a requeue did with one letter (`dead requeue --json`).
+#[derive(Serialize)]
+struct LetterJson {
+    #[serde(flatten)]
+    key: KeyField,
+    slot: u32,
+    /// requeued | merged (into the waiting message of its key)
+    outcome: &'static str,
+    behind_in_flight: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    priority: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    due_ms: Option<i64>,
+    server_ms: i64,
+}
+
+impl LetterJson {
+    fn of(l: &rmq::RequeuedLetter) -> LetterJson {
+        LetterJson {
+            key: KeyField::of(&l.key),
+            slot: l.slot,
+            outcome: if l.merged { "merged" } else { "requeued" },
+            behind_in_flight: l.behind_in_flight,
+            priority: l.priority,
+            due_ms: l.due_ms,
+            server_ms: l.server_ms,
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Requeued {
     requeued: u64,
@@ -95,7 +128,18 @@ pub async fn run(g: &Global, cmd: DeadCmd) -> CliResult {
         DeadCmd::List { topic, limit } => list(g, out, &topic, limit).await,
         DeadCmd::Requeue(s) => {
             let (_client, topic) = connect::topic(g, &s.topic).await?;
-            let (requeued, merged) = topic.requeue_dead(s.which()?).await?;
+            let (requeued, merged) = match out.json {
+                // One line per letter, then the counts.
+                true => {
+                    let letters = topic.requeue_dead_each(s.which()?).await?;
+                    for l in &letters {
+                        out.json(&LetterJson::of(l))?;
+                    }
+                    let merged = letters.iter().filter(|l| l.merged).count() as u64;
+                    (letters.len() as u64 - merged, merged)
+                }
+                false => topic.requeue_dead(s.which()?).await?,
+            };
             out.either(&Requeued { requeued, merged }, || {
                 let mut t = format!(
                     "requeued {} dead letter{}",

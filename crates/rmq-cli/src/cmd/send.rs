@@ -7,7 +7,9 @@
 //! `send_batch` call only; the CLI sends in chunks of 1000 to show progress,
 //! so it repeats the library's checks here, see `check` below.) What the server
 //! alone can refuse (a due time in the past by its clock) is reported per
-//! message after sending.
+//! message after sending: with `--json`, every line gets its result (what
+//! Redis now holds for it: merged or new, its priority or due time, the
+//! server's clock), so a script needs no `get` per key.
 
 use std::io::{IsTerminal, Read};
 use std::time::Duration;
@@ -60,7 +62,10 @@ pub struct SendArgs {
     pub range: Option<u64>,
     /// Read JSON lines from stdin: {"payload": "..", "key": .., "slot_basis": ..,
     /// "priority": .., "at": .., "delay": .., "range": ..}; the options above
-    /// apply to lines that leave them out
+    /// apply to lines that leave them out. With --json, prints one result
+    /// per input line, in input order ({"line", "key", "slot", "outcome":
+    /// new|merged|refused, "reason" when refused, "behind_in_flight",
+    /// "priority" or "due_ms" as stored, "server_ms"}), then the summary
     #[arg(long)]
     pub batch: bool,
 }
@@ -134,6 +139,75 @@ struct SentJson {
     slot: u32,
     merged: bool,
     behind_in_flight: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    priority: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    due_ms: Option<i64>,
+    server_ms: i64,
+}
+
+impl SentJson {
+    fn of(key: KeyField, s: &Sent) -> SentJson {
+        SentJson {
+            key,
+            slot: s.slot,
+            merged: s.merged,
+            behind_in_flight: s.behind_in_flight,
+            priority: s.priority,
+            due_ms: s.due_ms,
+            server_ms: s.server_ms,
+        }
+    }
+}
+
+/// What a batch did with one input line, in JSON (`--batch --json`).
+#[derive(Serialize)]
+struct LineJson {
+    line: usize,
+    #[serde(flatten)]
+    key: KeyField,
+    slot: u32,
+    /// new | merged | refused
+    outcome: &'static str,
+    /// Why it was refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    behind_in_flight: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    priority: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    due_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server_ms: Option<i64>,
+}
+
+impl LineJson {
+    fn of(item: &Item, topic: &rmq::Topic, result: &rmq::Result<Sent>) -> LineJson {
+        let mut line = LineJson {
+            line: item.line,
+            key: KeyField::of(item.message.merge_key()),
+            slot: topic.slot_of(item.message.basis()),
+            outcome: "refused",
+            reason: None,
+            behind_in_flight: None,
+            priority: None,
+            due_ms: None,
+            server_ms: None,
+        };
+        match result {
+            Ok(s) => {
+                line.slot = s.slot;
+                line.outcome = if s.merged { "merged" } else { "new" };
+                line.behind_in_flight = Some(s.behind_in_flight);
+                line.priority = s.priority;
+                line.due_ms = s.due_ms;
+                line.server_ms = Some(s.server_ms);
+            }
+            Err(e) => line.reason = Some(e.to_string()),
+        }
+        line
+    }
 }
 
 #[derive(Serialize)]
@@ -176,15 +250,7 @@ pub async fn run(g: &Global, a: SendArgs) -> CliResult {
     let m = timing.apply(m);
     let key = KeyField::of(m.merge_key());
     let sent = topic.send(m).await?;
-    out.either(
-        &SentJson {
-            key,
-            slot: sent.slot,
-            merged: sent.merged,
-            behind_in_flight: sent.behind_in_flight,
-        },
-        || describe(&sent),
-    )
+    out.either(&SentJson::of(key, &sent), || describe(&sent))
 }
 
 fn describe(s: &Sent) -> String {
@@ -295,6 +361,9 @@ async fn send_batch(out: Out, topic: &rmq::Topic, items: &[Item]) -> CliResult {
             }
         };
         for (item, r) in chunk.iter().zip(&report.results) {
+            if out.json {
+                out.json(&LineJson::of(item, topic, r))?;
+            }
             match r {
                 Ok(s) if s.merged => sum.merged += 1,
                 Ok(_) => sum.new += 1,

@@ -130,7 +130,7 @@ impl SendBody {
     request_body = SendBodyDoc,
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "Where each message went (merged or new)", body = Object),
+        (status = 200, description = "Where each message went (merged or new), and its priority or due time as stored (`priority` or `due_ms`, with the server's clock `server_ms`)", body = Object),
         (status = 400, description = "Bad input; nothing was changed", body = ErrorBody),
         (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
         (status = 403, description = "This server is read-only", body = ErrorBody),
@@ -155,9 +155,19 @@ pub(crate) async fn send(
         .results
         .iter()
         .map(|r| match r {
-            Ok(s) => json!({
-                "slot": s.slot, "merged": s.merged, "behind_in_flight": s.behind_in_flight,
-            }),
+            Ok(s) => {
+                let mut v = json!({
+                    "slot": s.slot, "merged": s.merged, "behind_in_flight": s.behind_in_flight,
+                    "server_ms": s.server_ms,
+                });
+                if let Some(p) = s.priority {
+                    v["priority"] = p.into();
+                }
+                if let Some(due) = s.due_ms {
+                    v["due_ms"] = due.into();
+                }
+                v
+            }
             Err(e) => {
                 json!({ "error": { "kind": format!("{:?}", e.kind()), "message": e.to_string() } })
             }

@@ -10,6 +10,7 @@
 mod due;
 mod ordered;
 mod readings;
+mod requeue;
 
 use std::cmp::Reverse;
 use std::collections::HashSet;
@@ -19,18 +20,12 @@ use ordered::Page;
 use serde::Serialize;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::scripts::admin::{
-    self, Dead, Firsts, FirstsOf, Peeked, RequeueRequest, Requeued, SlotStats, Which,
-};
+use crate::scripts::admin::{self, Dead, Firsts, FirstsOf, Peeked, SlotStats, Which};
 use crate::scripts::ScriptId;
 use crate::topic::{Topic, TopicKind};
 
 /// Single-slot calls per pipeline in admin operations.
 const SLOTS_PER_ROUND: usize = 256;
-
-/// Dead letters one requeue call takes at most (the default dead-letter
-/// cap of a slot): tens of milliseconds of Redis time.
-const REQUEUE_PER_CALL: u64 = 10_000;
 
 /// Dead letters one purge call deletes at most.
 const PURGE_PER_CALL: u64 = 1_000;
@@ -403,110 +398,6 @@ impl Topic {
             })
             .collect();
         self.pages(calls, Dead::parse).await
-    }
-
-    /// Puts dead letters back as fresh messages (no attempts counted).
-    /// Returns how many were requeued and how many merged into a message
-    /// of the same key that was already waiting. [`DeadSelection::All`]
-    /// takes the letters that were dead when the call started (server
-    /// clock, per slot), each at most once: a message requeued and dead
-    /// again while the call runs stays dead, so the call always ends.
-    /// On a bounded topic, requeued letters count against the bound even
-    /// beyond it (sends are refused until the topic is below it again).
-    pub async fn requeue_dead(&self, which: DeadSelection) -> Result<(u64, u64)> {
-        let mut total = (0, 0);
-        match which {
-            DeadSelection::Key(key) => {
-                // Every slot with dead letters: a message sent with a slot
-                // basis lives apart from its key's hash.
-                self.check_key(&key)?;
-                let slots = self.dead_slots(None).await?;
-                let replies = self
-                    .each_slot_of(&slots, |keys, slot| {
-                        let (slot, channel) = (slot.to_string(), self.channel_for(slot));
-                        self.requeue_request(keys, &channel, &slot, Which::Key(&key), "")
-                            .call()
-                    })
-                    .await?;
-                // Every requeue that ran is counted before a failed one's
-                // error is passed on.
-                let mut failed = None;
-                for r in replies {
-                    match r {
-                        Ok(v) => {
-                            let r = Requeued::parse(v);
-                            total = (total.0 + r.requeued, total.1 + r.merged);
-                        }
-                        Err(e) => {
-                            failed.get_or_insert(e);
-                        }
-                    }
-                }
-                self.count_in_room(total.0).await?;
-                if let Some(e) = failed {
-                    return Err(e);
-                }
-            }
-            DeadSelection::OlderThan(_) => {
-                return Err(Error::new(
-                    ErrorKind::InvalidArgument,
-                    "requeue takes one key or all dead letters, not an age; nothing was requeued",
-                ))
-            }
-            DeadSelection::All => {
-                for slot in self.dead_slots(None).await? {
-                    let (requeued, merged) = self.requeue_all_of(slot).await?;
-                    total = (total.0 + requeued, total.1 + merged);
-                }
-            }
-        }
-        Ok(total)
-    }
-
-    fn requeue_request<'a>(
-        &'a self,
-        keys: &'a [String],
-        channel: &'a str,
-        slot: &'a str,
-        which: Which<'a>,
-        before_ms: &'a str,
-    ) -> RequeueRequest<'a> {
-        RequeueRequest {
-            keys,
-            kind: self.spec.script_kind(),
-            channel,
-            slot,
-            which,
-            before_ms,
-        }
-    }
-
-    /// Requeues what was dead in `slot` when its first call ran, each
-    /// letter at most once: a message that dies again meanwhile stays dead.
-    /// A call takes up to 10,000 letters (the default cap per slot), so a
-    /// slot is usually done in one atomic call.
-    async fn requeue_all_of(&self, slot: u32) -> Result<(u64, u64)> {
-        let (keys, channel) = (self.slot_keys(slot), self.channel_for(slot));
-        let (slot, limit) = (slot.to_string(), REQUEUE_PER_CALL.to_string());
-        let mut before = String::new();
-        let mut total = (0, 0);
-        loop {
-            let which = Which::All { limit: &limit };
-            let (id, cmd) = self
-                .requeue_request(&keys, &channel, &slot, which, &before)
-                .call();
-            let r = Requeued::parse(self.redis().run_one(id, cmd).await?);
-            // Counted call by call: an error later leaves the count right
-            // for what was requeued.
-            self.count_in_room(r.requeued).await?;
-            if before.is_empty() {
-                before = r.before_ms.to_string();
-            }
-            total = (total.0 + r.requeued, total.1 + r.merged);
-            if r.requeued + r.merged < REQUEUE_PER_CALL {
-                return Ok(total);
-            }
-        }
     }
 
     /// Deletes dead letters for good; returns how many.

@@ -290,6 +290,12 @@ pub(crate) struct Requeued {
     pub(crate) merged: u64,
     /// The time bound the call used (ms): the next call of the slot passes it.
     pub(crate) before_ms: i64,
+    /// The server's clock when it ran (ms).
+    pub(crate) server_ms: i64,
+    /// Per letter taken, in order: its merge key, code (1 requeued, 2
+    /// merged, 3 requeued behind the in-flight delivery, 4 merged into the
+    /// message behind it) and order score (0: not told).
+    pub(crate) each: Vec<(Vec<u8>, i64, i64)>,
 }
 
 impl RequeueRequest<'_> {
@@ -316,13 +322,26 @@ impl RequeueRequest<'_> {
 }
 
 impl Requeued {
-    /// dead_requeue.lua's reply: `{ requeued, merged, the time bound used }`.
+    /// dead_requeue.lua's reply: `{ requeued, merged, the time bound used,
+    /// server now, then key, code, score per letter }`.
     pub(crate) fn parse(reply: Value) -> Requeued {
         let a = items(reply);
+        let each = (4..a.len())
+            .step_by(3)
+            .filter_map(|i| {
+                Some((
+                    bytes_at(&a, i)?,
+                    int_at(&a, i + 1)?,
+                    int_at(&a, i + 2).unwrap_or(0),
+                ))
+            })
+            .collect();
         Requeued {
             requeued: count(&a, 0),
             merged: count(&a, 1),
             before_ms: int_at(&a, 2).unwrap_or(0),
+            server_ms: int_at(&a, 3).unwrap_or(0),
+            each,
         }
     }
 }

@@ -11,8 +11,9 @@ use crate::outcome::{Moved, Sent, Settled};
 /// One message's code in a send reply (send.lua): 1 new, 2 merged into a
 /// pending message, 3 new behind the same key in flight, 4 merged into the
 /// message waiting behind it; -1 due in the past, -2 payload too large,
-/// -3 invalid spec, -4 the topic is full.
-pub(crate) fn sent(code: i64, slot: u32, max_payload: u64, tolerance_ms: u64) -> Result<Sent> {
+/// -3 invalid spec, -4 the topic is full. `score` is the message's order
+/// score as stored (see [`SentAt`]).
+pub(crate) fn sent(code: i64, at: SentAt, max_payload: u64, tolerance_ms: u64) -> Result<Sent> {
     let (merged, behind_in_flight) = match code {
         1 => (false, false),
         2 => (true, false),
@@ -26,13 +27,34 @@ pub(crate) fn sent(code: i64, slot: u32, max_payload: u64, tolerance_ms: u64) ->
             ))
         }
     };
+    let (priority, due_ms) = match at.priority_topic {
+        true => (u32::try_from(at.score.div_euclid(PRIORITY_UNIT)).ok(), None),
+        false => (None, Some(at.score)),
+    };
     Ok(Sent {
-        slot,
+        slot: at.slot,
         merged,
         behind_in_flight,
         replicas: None,
+        priority,
+        due_ms,
+        server_ms: at.server_ms,
     })
 }
+
+/// Where a sent message stands, as a send reply tells it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SentAt {
+    pub(crate) slot: u32,
+    /// A priority topic's (else a time-based topic's).
+    pub(crate) priority_topic: bool,
+    /// Its order score: priority * 2^32 + a FIFO part, or a due time (ms).
+    pub(crate) score: i64,
+    pub(crate) server_ms: i64,
+}
+
+/// A priority score's priority part (records.lua's priority_score).
+const PRIORITY_UNIT: i64 = 1 << 32;
 
 /// One operation's code in a settle reply (settle.lua): 1 done, 2 dead,
 /// 3 superseded by a duplicate, 4 cancelled; -1 stale, -2 fenced (nothing changed).
@@ -111,17 +133,43 @@ mod tests {
     }
 
     #[test]
+    fn a_sent_message_tells_its_priority_or_due_time_from_its_score() {
+        let at = |priority_topic, score| SentAt {
+            slot: 3,
+            priority_topic,
+            score,
+            server_ms: 1_000,
+        };
+        // records.lua: priority * 2^32 + (2^32 - 1 - seq % 2^32).
+        let p = sent(1, at(true, 9 * (1 << 32) + (1 << 32) - 8), 10, 10).unwrap();
+        assert_eq!(
+            (p.priority, p.due_ms, p.slot, p.server_ms),
+            (Some(9), None, 3, 1_000)
+        );
+        let top = sent(2, at(true, 2_097_151 * (1 << 32)), 10, 10).unwrap();
+        assert_eq!(top.priority, Some(2_097_151));
+        let t = sent(3, at(false, 1_700_000_000_000), 10, 10).unwrap();
+        assert_eq!((t.priority, t.due_ms), (None, Some(1_700_000_000_000)));
+    }
+
+    #[test]
     fn the_decoded_codes_are_the_ones_the_script_headers_list() {
         assert_eq!(
             header_codes(ScriptId::Send),
             vec![-4, -3, -2, -1, 1, 2, 3, 4]
         );
+        let at = SentAt {
+            slot: 0,
+            priority_topic: true,
+            score: 0,
+            server_ms: 0,
+        };
         for code in [1, 2, 3, 4] {
-            assert!(sent(code, 0, 10, 10).is_ok(), "{code}");
+            assert!(sent(code, at, 10, 10).is_ok(), "{code}");
         }
         let kinds: Vec<ErrorKind> = [-1, -2, -3, -4]
             .iter()
-            .map(|&c| sent(c, 0, 10, 10).unwrap_err().kind())
+            .map(|&c| sent(c, at, 10, 10).unwrap_err().kind())
             .collect();
         assert_eq!(
             kinds,

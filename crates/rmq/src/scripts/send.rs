@@ -73,13 +73,29 @@ pub(crate) fn is_new(code: i64) -> bool {
     code == 1 || code == 3
 }
 
-/// The code of each message of a send reply, in order (`codes::sent`
-/// decodes one); a message the reply does not cover gets -3 (invalid).
-pub(crate) fn reply_codes(reply: Value, messages: usize) -> Vec<i64> {
+/// A send reply, read: the server's clock, and per message its code
+/// (`codes::sent` decodes one) and its order score as stored.
+pub(crate) struct SendReply {
+    pub(crate) server_ms: i64,
+    /// Per message, in order: (code, score); a message the reply does not
+    /// cover gets code -3 (invalid).
+    pub(crate) results: Vec<(i64, i64)>,
+}
+
+/// Reads a send reply for `messages` messages.
+pub(crate) fn reply(reply: Value, messages: usize) -> SendReply {
     let a = items(reply);
-    (0..messages)
-        .map(|j| int_at(&a, j + 1).unwrap_or(-3))
-        .collect()
+    SendReply {
+        server_ms: int_at(&a, 0).unwrap_or(0),
+        results: (0..messages)
+            .map(|j| {
+                (
+                    int_at(&a, j + 1).unwrap_or(-3),
+                    int_at(&a, messages + j + 1).unwrap_or(0),
+                )
+            })
+            .collect(),
+    }
 }
 
 #[cfg(test)]
@@ -94,8 +110,13 @@ mod tests {
     }
 
     #[test]
-    fn a_short_reply_marks_the_uncovered_messages_invalid() {
-        let reply = Value::Array(vec![Value::Int(5), Value::Int(1), Value::Int(2)]);
-        assert_eq!(reply_codes(reply, 3), vec![1, 2, -3]);
+    fn a_reply_gives_each_message_its_code_and_score_and_a_short_one_marks_the_rest_invalid() {
+        let int = Value::Int;
+        let full = Value::Array(vec![int(5), int(1), int(2), int(70), int(80)]);
+        let r = reply(full, 2);
+        assert_eq!(r.server_ms, 5);
+        assert_eq!(r.results, vec![(1, 70), (2, 80)]);
+        let short = Value::Array(vec![int(5), int(1), int(2)]);
+        assert_eq!(reply(short, 3).results, vec![(1, 0), (2, 0), (-3, 0)]);
     }
 }

@@ -15,7 +15,12 @@
 -- keeps its priority and FIFO place; a time-based message is due at once. When
 -- the same key is already pending (or in flight with a duplicate behind it), the
 -- newer pending message wins and the dead letter is merged into it.
--- Returns: { requeued, merged, the time bound used (ms) }
+-- Returns: { requeued, merged, the time bound used (ms), server now (ms),
+--            then per dead letter taken: merge key, code, score }
+--   code 1 requeued (pending)   2 merged into the message of its key waiting
+--   3 requeued behind the in-flight delivery of its key   4 merged into the message waiting behind it
+--   score: its order score as stored (priority * 2^32 + FIFO part, or due ms), zero when
+--   merged into a retry-waiting message (its order lives in a)
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
 local kind = pending_use(ARGV[1])
@@ -39,6 +44,12 @@ else
 end
 local hm, hs = head(kind)
 local requeued, merged = 0, 0
+local each = {}
+local function told(key, code, score)
+  each[#each + 1] = key
+  each[#each + 1] = code
+  each[#each + 1] = score or 0
+end
 for _, key in ipairs(keys) do
   local rec = redis.call('HGET', K.X, key)
   if rec then
@@ -49,24 +60,30 @@ for _, key in ipairs(keys) do
     redis.call('HDEL', K.X, key)
     redis.call('ZREM', K.x, key)
     local held = redis.call('HEXISTS', K.d, key) == 1
-    local waiting = pending_score(key) or redis.call('ZSCORE', K.r, key)
+    local pending_s = pending_score(key)
+    local waiting = pending_s or redis.call('ZSCORE', K.r, key)
     if held and not waiting then
       -- in flight: wait behind it
       local parked = redis.call('HGET', K.n, key)
-      if parked and parked_parse(parked) then
+      local parked_score = parked and parked_parse(parked)
+      if parked_score then
         merged = merged + 1
+        told(key, 4, parked_score)
       else
         local mark = parked and CANCELLED or ''
         redis.call('HSET', K.n, key, mark .. parked_make(s, p))
         requeued = requeued + 1
+        told(key, 3, s)
       end
     elseif held then
       merged = merged + 1
+      told(key, 2, tonumber(pending_s))
     else
       redis.call('HSET', K.d, key, p)
       redis.call('HDEL', K.a, key)
       pending_put({ key }, { s })
       requeued = requeued + 1
+      told(key, 1, s)
     end
   end
 end
@@ -76,4 +93,8 @@ end
 if requeued > 0 then
   announce(kind, channel, slot, hm, hs)
 end
-return { requeued, merged, before }
+local reply = { requeued, merged, before, now }
+for i = 1, #each do
+  reply[4 + i] = each[i]
+end
+return reply

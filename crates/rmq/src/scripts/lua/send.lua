@@ -11,12 +11,16 @@
 --         room reserved by the caller, room.lua); -1 = unbounded
 -- ARGV[7..] triples: merge key, spec, payload. spec is the priority ('p'),
 --           the due time in unix ms or '+<delay ms>' ('f'), or the range in ms ('r').
--- Returns: { server now ms, code per message... } with codes
+-- Returns: { server now ms, code per message..., score per message... } with codes
 --    1 new   2 merged into a pending message   3 new, waiting behind the same key in flight
 --          (also when that delivery was cancelled: the new message waits behind it all the same)
 --    4 merged into the message waiting behind the same key in flight
 --   -1 due time in the past   -2 payload too large   -3 invalid spec
 --   -4 full: a new message beyond the room (merges are never refused)
+-- and each message's order score as stored once it was written (the merged
+-- message's, or the one waiting behind the in-flight delivery): a priority
+-- topic's priority * 2^32 + FIFO part, a time-based topic's due time in
+-- ms; zero when the message was refused.
 -- Refused messages write nothing; the others are written in order.
 -- Error reply RMQ_WRONGTYPE when a slot key holds a foreign type (nothing written).
 
@@ -161,6 +165,7 @@ if bad then
 end
 
 local zadd, dset, nset = {}, {}, {}
+local scores = {}
 local zpos, dpos, npos = {}, {}, {}
 local function put(list, pos, key, value)
   local at = pos[key]
@@ -195,10 +200,12 @@ for i = 1, n do
       c.sent = c.sent + 1
       if st.parked then
         st.parked = merged_score(st.parked, v)
+        scores[i] = st.parked
         codes[i] = 4
         c.merged = c.merged + 1
       else
         st.parked = new_score(v)
+        scores[i] = st.parked
         codes[i] = 3
       end
       put(nset, npos, key, st.mark .. parked_make(st.parked, payload))
@@ -209,6 +216,7 @@ for i = 1, n do
         st.score = ns
         put(zadd, zpos, key, ns)
       end
+      scores[i] = ns
       put(dset, dpos, key, payload)
       codes[i] = 2
       c.merged = c.merged + 1
@@ -218,7 +226,8 @@ for i = 1, n do
       local meta = redis.call('HGET', K.a, key)
       if meta then
         local a, s = meta_parse(meta)
-        redis.call('HSET', K.a, key, meta_make(a, merged_score(s, v), meta_error(meta), meta_origin(meta)))
+        scores[i] = merged_score(s, v)
+        redis.call('HSET', K.a, key, meta_make(a, scores[i], meta_error(meta), meta_origin(meta)))
       end
       put(dset, dpos, key, payload)
       codes[i] = 2
@@ -231,6 +240,7 @@ for i = 1, n do
       local sc = new_score(v)
       st.where = 'q'
       st.score = sc
+      scores[i] = sc
       put(zadd, zpos, key, sc)
       put(dset, dpos, key, payload)
       codes[i] = 1
@@ -258,5 +268,9 @@ flush_counters(c)
 if c.sent > 0 then
   announce(kind, channel, slot, hm, hs)
 end
-table.insert(codes, 1, now)
-return codes
+local reply = { now }
+for i = 1, n do
+  reply[1 + i] = codes[i]
+  reply[1 + n + i] = scores[i] or 0
+end
+return reply
