@@ -90,6 +90,7 @@ mod control;
 mod error;
 mod group;
 mod keys;
+pub mod limits;
 mod message;
 pub mod observe;
 mod outcome;

@@ -6,16 +6,8 @@ use std::time::Duration;
 use crate::error::{Error, ErrorKind, Result};
 use crate::topic::{TopicKind, TopicSpec, MAX_PRIORITY};
 
-/// The largest due time (Unix ms): 2^53 - 1, so that every score is exact.
-pub const MAX_TIME_MS: i64 = (1 << 53) - 1;
-
-/// The largest merge key (64 KiB). A key is a sorted-set member and travels
-/// with every delivery; `rmq consume --exec` hands it to the handler in one
-/// environment string, which Linux caps at 128 KiB.
-pub const MAX_KEY_BYTES: usize = 64 * 1024;
-
-/// The longest delay, range, retry delay or lease extension (100 years).
-pub(crate) const MAX_SPAN_MS: u64 = 100 * 365 * 86_400_000;
+pub(crate) use crate::limits::MAX_SPAN_MS;
+pub use crate::limits::{MAX_KEY_BYTES, MAX_TIME_MS};
 
 /// When a message is due, or how it ranks, as it was given; which one
 /// applies depends on the topic's kind ([`Message::check`] says whether it

@@ -12,8 +12,7 @@ use crate::topic::{Topic, TopicKind, TopicSpec};
 
 /// Messages per script call: bounds the time one call holds Redis.
 const PER_CALL: usize = 1_000;
-/// Messages per `send_batch`: bounds one call's memory on both sides.
-pub const MAX_BATCH: usize = 100_000;
+pub use crate::limits::MAX_BATCH;
 
 /// A send call, the indices of the messages it carries, and the room it
 /// may use (new messages at most; 0 when the topic is not bounded).

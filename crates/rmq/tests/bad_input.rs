@@ -181,7 +181,7 @@ async fn an_evicting_server_is_refused_unless_allowed() {
 }
 
 #[tokio::test]
-async fn extreme_times_and_delays_are_refused_or_bounded() {
+async fn extreme_times_extensions_and_delays_are_refused_or_bounded() {
     let (_s, client, prio) = setup(TopicKind::Priority, 1).await;
     let fixed = client
         .define_topic(TopicSpec::new("f", TopicKind::FixedTime))
@@ -193,10 +193,29 @@ async fn extreme_times_and_delays_are_refused_or_bounded() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     assert_eq!(fixed.stats().await.unwrap().total.sent, 0);
-    // A huge retry delay or extension is bounded, never a broken score.
+    // An extension past rmq::limits::MAX_LEASE_MS (or of nothing) is
+    // refused and leaves the lease as it was; one at the limit is taken.
     prio.send(Message::new("m")).await.unwrap();
     let d = prio.take(1).await.unwrap().pop().unwrap();
-    d.extend(Duration::MAX).await.unwrap();
+    let lease = |k: &[u8]| {
+        let prio = prio.clone();
+        let k = k.to_vec();
+        async move { prio.get(&k).await.unwrap().lease_until_ms }
+    };
+    let before = lease(b"m").await;
+    let max = Duration::from_millis(rmq::limits::MAX_LEASE_MS);
+    for refused in [
+        Duration::MAX,
+        max + Duration::from_millis(1),
+        Duration::ZERO,
+    ] {
+        let e = d.extend(refused).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{refused:?}");
+        assert_eq!(lease(b"m").await, before, "{refused:?} changed nothing");
+    }
+    d.extend(max).await.unwrap();
+    assert!(lease(b"m").await > before);
+    // A huge retry delay is bounded (MAX_RETRY_DELAY_MS), never a broken score.
     d.nack(Some(Duration::MAX), "much later").await.unwrap();
     let st = prio.stats().await.unwrap().total;
     assert_eq!((st.retry_waiting, st.in_flight), (1, 0));

@@ -46,7 +46,9 @@ pub struct SendArgs {
     /// Priority topics: 0..=2097151, bigger first [default: 0]
     #[arg(long, value_name = "P", group = "timing")]
     pub priority: Option<u32>,
-    /// Fixed-time topics: due at this Unix time in ms (server clock)
+    /// Fixed-time topics: due at this Unix time in ms (server clock), 0 to
+    /// 9007199254740991, not further in the past than the topic's past
+    /// tolerance
     #[arg(
         long,
         value_name = "UNIX_MS",
@@ -54,10 +56,12 @@ pub struct SendArgs {
         allow_negative_numbers = true
     )]
     pub at: Option<i64>,
-    /// Fixed-time topics: due this many ms from now
+    /// Fixed-time topics: due this many ms from now, at most 3153600000000
+    /// (100 years)
     #[arg(long, value_name = "MS", group = "timing")]
     pub delay: Option<u64>,
-    /// Range-merge topics: due this many ms after the first send of the key
+    /// Range-merge topics: due this many ms after the first send of the
+    /// key, 1 to 3153600000000 (100 years)
     #[arg(long, value_name = "MS", group = "timing")]
     pub range: Option<u64>,
     /// Read JSON lines from stdin: {"payload": "..", "key": .., "slot_basis": ..,

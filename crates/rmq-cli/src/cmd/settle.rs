@@ -39,8 +39,10 @@ pub struct NackArgs {
     pub topic: String,
     /// Receipts from `rmq take` or HTTP take (none: one per line on stdin)
     pub receipts: Vec<String>,
-    /// Retry after this many ms (default: the topic's backoff)
-    #[arg(long, value_name = "MS", conflicts_with = "dead")]
+    /// Retry after this many ms, at most 3153600000000 (100 years)
+    /// (default: the topic's backoff)
+    #[arg(long, value_name = "MS", conflicts_with = "dead",
+          value_parser = clap::value_parser!(u64).range(0..=rmq::limits::MAX_RETRY_DELAY_MS))]
     pub retry_after: Option<u64>,
     /// Failed for good: straight to the dead letters, no retry
     #[arg(long)]
@@ -57,8 +59,8 @@ pub struct ExtendArgs {
     pub topic: String,
     /// Receipts from `rmq take` or HTTP take (none: one per line on stdin)
     pub receipts: Vec<String>,
-    /// The lease now ends this many ms from now
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    /// The lease now ends this many ms from now, 1 to 86400000 (24 h)
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=rmq::limits::MAX_LEASE_MS))]
     pub lease: u64,
 }
 

@@ -24,14 +24,15 @@ use crate::{connect, CliError, CliResult, Global};
 pub struct TakeArgs {
     /// Topic name
     pub topic: String,
-    /// How many messages at most (1..=1000)
-    #[arg(default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    /// How many messages at most, 1 to 1000
+    #[arg(default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=rmq::limits::MAX_TAKE as u64))]
     pub max: u64,
-    /// Each delivery's lease in ms (default: the topic's lease)
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    /// Each delivery's lease in ms, 1 to 86400000 (24 h) (default: the
+    /// topic's lease)
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=rmq::limits::MAX_LEASE_MS))]
     pub lease: Option<u64>,
-    /// Wait up to this many ms for a first message when none is due (0:
-    /// answer at once)
+    /// Wait up to this many ms for a first message when none is due, at
+    /// most 3600000 (1 hour) (0: answer at once)
     #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
     pub wait: u64,
 }

@@ -18,9 +18,9 @@ use rmq::{Ending, Settled};
 /// 60 s idle timeout, with room to answer).
 const MAX_WAIT_MS: u64 = 30_000;
 /// The longest lease a take or an extension asks (a topic's own limit).
-const MAX_LEASE_MS: u64 = 86_400_000;
+const MAX_LEASE_MS: u64 = rmq::limits::MAX_LEASE_MS;
 /// Messages one take answers at most; receipts one settle takes at most.
-const MAX_BATCH: usize = 1_000;
+const MAX_BATCH: usize = rmq::limits::MAX_TAKE;
 
 /// What to take.
 #[derive(Deserialize, ToSchema)]

@@ -71,15 +71,13 @@ impl std::fmt::Display for TopicKind {
     }
 }
 
-/// The largest slot count.
-pub const MAX_SLOTS: u32 = 65_536;
-/// The largest priority: priorities are `0..=MAX_PRIORITY` (21 bits, so that
-/// priority and a 32-bit FIFO sequence fit exactly in a sorted-set score).
-pub const MAX_PRIORITY: u32 = (1 << 21) - 1;
-/// The longest topic name.
-pub const MAX_TOPIC_NAME: usize = 100;
-/// The longest key prefix.
-pub const MAX_PREFIX: usize = 64;
+use crate::limits::{
+    MAX_ATTEMPTS, MAX_BACKOFF_MS, MAX_HANDLER_TIMEOUT_MS, MAX_LEASE_MS, MAX_PAST_TOLERANCE_MS,
+    MAX_PAYLOAD_LIMIT_BYTES,
+};
+pub use crate::limits::{
+    MAX_IN_FLIGHT, MAX_PENDING, MAX_PREFIX, MAX_PRIORITY, MAX_RATE, MAX_SLOTS, MAX_TOPIC_NAME,
+};
 
 /// A topic's definition. Build with [`TopicSpec::new`] and the setters;
 /// every setter's value is checked by [`TopicSpec::validate`].
@@ -161,18 +159,6 @@ fn is_zero(n: &u64) -> bool {
 fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
-
-/// The highest in-flight cap a topic may have.
-pub const MAX_IN_FLIGHT: u32 = 1_000_000;
-
-/// The highest bound a topic may have (`max_pending`).
-pub const MAX_PENDING: u64 = 1_000_000_000_000;
-
-/// The longest handler timeout a topic or consumer may set (7 days).
-const MAX_HANDLER_TIMEOUT_MS: u64 = 7 * 86_400_000;
-
-/// The highest rate limit and burst a topic may have.
-pub const MAX_RATE: u32 = 10_000_000;
 
 impl TopicSpec {
     /// A definition with the default settings: 16 slots, 30 s lease,
@@ -323,24 +309,24 @@ impl TopicSpec {
             }
         };
         check(
-            (1..=86_400_000).contains(&self.lease_ms),
-            "the lease must be between 1 ms and 24 h",
+            (1..=MAX_LEASE_MS).contains(&self.lease_ms),
+            "the lease must be between 1 ms and 24 h (86400000 ms)",
         )?;
         check(
-            (1..=1_000_000).contains(&self.max_attempts),
+            (1..=MAX_ATTEMPTS).contains(&self.max_attempts),
             "max attempts must be between 1 and 1000000",
         )?;
         check(
-            self.backoff_ms <= self.backoff_max_ms && self.backoff_max_ms <= 7 * 86_400_000,
-            "the backoff must be at most its maximum, and the maximum at most 7 days",
+            self.backoff_ms <= self.backoff_max_ms && self.backoff_max_ms <= MAX_BACKOFF_MS,
+            "the backoff must be at most its maximum, and the maximum at most 7 days (604800000 ms)",
         )?;
         check(
-            (1..=512 * 1024 * 1024).contains(&self.max_payload_bytes),
-            "the payload limit must be between 1 byte and 512 MiB",
+            (1..=MAX_PAYLOAD_LIMIT_BYTES).contains(&self.max_payload_bytes),
+            "the payload limit must be between 1 byte and 512 MiB (536870912 bytes)",
         )?;
         check(
-            self.past_tolerance_ms <= 3_600_000,
-            "the past tolerance must be at most 1 hour",
+            self.past_tolerance_ms <= MAX_PAST_TOLERANCE_MS,
+            "the past tolerance must be at most 1 hour (3600000 ms)",
         )?;
         check(
             self.rate_per_sec <= MAX_RATE && self.rate_burst <= MAX_RATE,
@@ -360,7 +346,7 @@ impl TopicSpec {
         )?;
         check(
             self.handler_timeout_ms <= MAX_HANDLER_TIMEOUT_MS,
-            "the handler timeout must be at most 7 days",
+            "the handler timeout must be at most 7 days (604800000 ms)",
         )?;
         Ok(())
     }

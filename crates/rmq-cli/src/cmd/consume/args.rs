@@ -53,9 +53,10 @@ pub struct ConsumeArgs {
     /// --exec, --worker: a handler still running after MS milliseconds is
     /// stopped (--exec: its process group killed; --worker: the worker is
     /// restarted, what else it held is retried too) and its message retried
-    /// ("timed out after ...") [default: the topic's --handler-timeout, else none]
+    /// ("timed out after ..."); 1 to 604800000 (7 days) [default: the
+    /// topic's --handler-timeout, else none]
     #[arg(long, value_name = "MS",
-          value_parser = clap::value_parser!(u64).range(1..=604_800_000))]
+          value_parser = clap::value_parser!(u64).range(1..=rmq::limits::MAX_HANDLER_TIMEOUT_MS))]
     pub timeout: Option<u64>,
     /// Nack every message (a drill for retries and dead letters)
     #[arg(long, conflicts_with = "exec")]

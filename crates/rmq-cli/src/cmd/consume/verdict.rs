@@ -10,9 +10,9 @@ use rmq::{Delivery, Settled};
 use super::{Ctx, Ended};
 use crate::output;
 
-/// The longest retry delay a handler may ask for (7 days, the longest
-/// backoff a topic may have).
-const MAX_RETRY_AFTER_MS: u64 = 7 * 86_400_000;
+/// The longest retry delay a handler may ask for: the library's (a
+/// longer one counts as this long).
+const MAX_RETRY_AFTER_MS: u64 = rmq::limits::MAX_RETRY_DELAY_MS;
 
 /// How a delivery ends.
 #[derive(Debug, PartialEq)]
@@ -47,7 +47,7 @@ impl Verdict {
     }
 }
 
-/// A retry delay asked for in milliseconds, capped at 7 days.
+/// A retry delay asked for in milliseconds, capped at 100 years.
 pub(super) fn delay_ms(ms: u64) -> Duration {
     Duration::from_millis(ms.min(MAX_RETRY_AFTER_MS))
 }
@@ -153,9 +153,14 @@ mod tests {
         ] {
             assert_eq!(retry_after(line), None, "{line}");
         }
+        // Past the library's limit: capped at it, as the library caps.
+        assert_eq!(
+            retry_after(r#"{"retry_after_ms": 99999999999999}"#),
+            Some(Duration::from_millis(MAX_RETRY_AFTER_MS))
+        );
         assert_eq!(
             retry_after(r#"{"retry_after_ms": 99999999999}"#),
-            Some(Duration::from_millis(MAX_RETRY_AFTER_MS))
+            Some(Duration::from_millis(99_999_999_999))
         );
     }
 }

@@ -48,7 +48,7 @@ pub struct CreateArgs {
     /// How the topic orders and merges messages
     #[arg(long, value_enum)]
     pub kind: KindArg,
-    /// Slot count, a power of two [default: 16]
+    /// Slot count, a power of two, 1 to 65536 [default: 16]
     #[arg(long, value_name = "N")]
     pub slots: Option<u32>,
     #[command(flatten)]
@@ -58,23 +58,26 @@ pub struct CreateArgs {
 /// The settings that may change after creation (`topic update`).
 #[derive(Debug, Args)]
 pub struct Settings {
-    /// Lease of a delivery in ms [default: 30000]
+    /// Lease of a delivery in ms, 1 to 86400000 (24 h) [default: 30000]
     #[arg(long, value_name = "MS")]
     pub lease: Option<u64>,
-    /// Deliveries before a message becomes a dead letter [default: 16]
+    /// Deliveries before a message becomes a dead letter, 1 to 1000000
+    /// [default: 16]
     #[arg(long, value_name = "N")]
     pub max_attempts: Option<u32>,
-    /// First retry delay in ms, doubling per attempt [default: 1000]
+    /// First retry delay in ms, doubling per attempt; at most --backoff-max
+    /// [default: 1000]
     #[arg(long, value_name = "MS")]
     pub backoff: Option<u64>,
-    /// Longest retry delay in ms [default: 600000]
+    /// Longest retry delay in ms, at most 604800000 (7 days) [default: 600000]
     #[arg(long, value_name = "MS")]
     pub backoff_max: Option<u64>,
-    /// Largest payload in bytes [default: 1048576]
+    /// Largest payload in bytes, 1 to 536870912 (512 MiB) [default: 1048576]
     #[arg(long, value_name = "BYTES")]
     pub max_payload: Option<u64>,
     /// Fixed-time topics: how far in the past a due time may be and still
-    /// be accepted (as due at once), in ms [default: 1000]
+    /// be accepted (as due at once), in ms, at most 3600000 (1 hour)
+    /// [default: 1000]
     #[arg(long, value_name = "MS")]
     pub past_tolerance: Option<u64>,
     /// Dead letters kept per slot, the oldest dropped (and counted) beyond;
@@ -86,26 +89,28 @@ pub struct Settings {
     #[arg(long, value_name = "MS")]
     pub dead_letter_ttl: Option<u64>,
     /// Global rate limit: deliveries a second across all consumers, as N
-    /// or N/s; 0 removes it [default: none]
+    /// or N/s, at most 10000000/s; 0 removes it [default: none]
     #[arg(long, value_name = "N/s", value_parser = parse_rate)]
     pub rate: Option<u32>,
     /// Deliveries the rate limit lets through at once after a quiet spell
-    /// [default: a tenth of the rate, at least 1]
+    /// (at most 10000000) [default: a tenth of the rate, at least 1]
     #[arg(long, value_name = "N", requires = "rate")]
     pub burst: Option<u32>,
     /// Global in-flight cap: deliveries in flight at once across all
-    /// consumers; 0 removes it [default: none]
+    /// consumers, at most 1000000; 0 removes it [default: none]
     #[arg(long, value_name = "N")]
     pub max_in_flight: Option<u32>,
     /// Bound: messages the topic may hold at once, waiting or in flight; a
     /// send of a new message beyond it is refused (exit code 75, retry
-    /// later); merges always succeed; 0 removes it [default: none]
+    /// later); merges always succeed; at most 1000000000000; 0 removes it
+    /// [default: none]
     #[arg(long, value_name = "N")]
     pub max_pending: Option<u64>,
     /// How long a handler (`rmq consume --exec`, a library consumer's
     /// `run`) may run on one delivery, in ms: past it the handler is
     /// stopped and the message retried ("timed out after ..."); a
-    /// consumer's own --timeout comes first; 0 removes it [default: none]
+    /// consumer's own --timeout comes first; at most 604800000 (7 days); 0
+    /// removes it [default: none]
     #[arg(long, value_name = "MS")]
     pub handler_timeout: Option<u64>,
     /// How a slot keeps its pending messages once it holds more than 120:

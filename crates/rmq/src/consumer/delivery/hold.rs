@@ -77,12 +77,12 @@ impl Delivery {
         }
     }
 
-    /// Extends the lease: it now ends `by` from now (server clock).
+    /// Extends the lease: it now ends `by` from now (server clock). `by`
+    /// is 1 ms to [`MAX_LEASE_MS`](crate::limits::MAX_LEASE_MS) (1 day);
+    /// another is refused ([`ErrorKind::InvalidArgument`](crate::ErrorKind)).
     pub async fn extend(&self, by: Duration) -> Result<()> {
         let m = &self.msg;
-        let ms = u64::try_from(by.as_millis())
-            .unwrap_or(u64::MAX)
-            .clamp(1, crate::message::MAX_SPAN_MS);
+        let ms = super::lease_ms(by)?;
         self.settler
             .settle(m.slot, m.id.clone(), self.fence(), Op::Extend { ms })
             .await?;

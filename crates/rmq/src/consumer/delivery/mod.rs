@@ -393,10 +393,11 @@ impl Delivery {
 }
 
 /// A failed attempt, retried after `delay` (the topic's backoff when
-/// `None`), capped at the longest span a message may wait.
+/// `None`), capped at [`MAX_RETRY_DELAY_MS`](crate::limits::MAX_RETRY_DELAY_MS).
 pub(crate) fn nack(delay: Option<Duration>, error: &str) -> Op {
     let delay_ms = delay.map_or(-1, |d| {
-        i64::try_from(d.as_millis().min(u128::from(crate::message::MAX_SPAN_MS))).unwrap_or(0)
+        let cap = u128::from(crate::limits::MAX_RETRY_DELAY_MS);
+        i64::try_from(d.as_millis().min(cap)).unwrap_or(0)
     });
     Op::Nack {
         delay_ms,
@@ -408,5 +409,21 @@ impl Deref for Delivery {
     type Target = Received;
     fn deref(&self) -> &Received {
         &self.msg
+    }
+}
+
+/// A lease (of a take, or an extension) in ms: 1 ms to
+/// [`MAX_LEASE_MS`](crate::limits::MAX_LEASE_MS), else refused.
+pub(crate) fn lease_ms(lease: Duration) -> Result<u64> {
+    let max = crate::limits::MAX_LEASE_MS;
+    match u64::try_from(lease.as_millis()) {
+        Ok(ms) if (1..=max).contains(&ms) => Ok(ms),
+        _ => Err(crate::Error::new(
+            crate::ErrorKind::InvalidArgument,
+            format!(
+                "a lease must be 1 ms to 24 h ({max} ms), not {} ms; nothing was changed",
+                lease.as_millis()
+            ),
+        )),
     }
 }

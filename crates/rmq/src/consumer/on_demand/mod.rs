@@ -30,7 +30,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::topic::Topic;
 
 /// Messages one round takes at most.
-const MAX_ROUND: usize = 1_000;
+const MAX_ROUND: usize = crate::limits::MAX_TAKE;
 /// A look without any notice at least this often while callers wait: a
 /// notice lost while the wake-up connection was away costs this at most.
 const LOOK_AT_LEAST_EVERY: Duration = Duration::from_secs(2);
@@ -106,9 +106,12 @@ impl Topic {
 }
 
 impl OnDemand {
-    /// Up to `max` due messages (at most 1,000), each with a lease of
-    /// `lease`: at once when some are due, else as soon as one is, or an
-    /// empty list after `wait` (a `wait` of zero answers after one look).
+    /// Up to `max` due messages (at most [`MAX_TAKE`](crate::limits::MAX_TAKE)),
+    /// each with a lease of `lease` (1 ms to
+    /// [`MAX_LEASE_MS`](crate::limits::MAX_LEASE_MS), else refused with
+    /// `InvalidArgument`): at once when some are due, else as soon as one
+    /// is, or an empty list after `wait` (a `wait` of zero answers after
+    /// one look).
     /// A caller that goes away before its answer (its future dropped)
     /// loses nothing: what was taken for it goes to the next caller or
     /// back untouched.
@@ -117,9 +120,7 @@ impl OnDemand {
         if max == 0 {
             return Ok(Vec::new());
         }
-        let lease_ms = u64::try_from(lease.as_millis())
-            .unwrap_or(u64::MAX)
-            .clamp(1, crate::message::MAX_SPAN_MS);
+        let lease_ms = crate::consumer::delivery::lease_ms(lease)?;
         let (answer, mut rx) = oneshot::channel();
         {
             let mut w = self.state.lock();

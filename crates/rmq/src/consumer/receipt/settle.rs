@@ -17,7 +17,6 @@ use super::Receipt;
 use crate::consumer::inflight::Permits;
 use crate::consumer::settler::Settler;
 use crate::error::Result;
-use crate::message::MAX_SPAN_MS;
 use crate::outcome::Settled;
 use crate::scripts::settle::Op;
 use crate::topic::Topic;
@@ -40,7 +39,10 @@ pub enum Ending {
         /// Why it failed.
         error: String,
     },
-    /// The lease now ends this long from now.
+    /// The lease now ends this long from now: 1 ms to
+    /// [`MAX_LEASE_MS`](crate::limits::MAX_LEASE_MS) (1 day), else the
+    /// receipt's answer is [`ErrorKind::InvalidArgument`](crate::ErrorKind)
+    /// and nothing changes.
     Extend(Duration),
     /// Given back untouched (the attempt is not counted).
     Release,
@@ -51,7 +53,8 @@ impl Ending {
     /// and the CLI say it: `acked`, `retrying`, `dead`, `extended`,
     /// `released`, `superseded`, `cancelled`, `stale` (not the current
     /// delivery: its lease ran out, or it was settled already), `fenced`
-    /// (serial mode: the slot moved on), or `unknown` (the call failed).
+    /// (serial mode: the slot moved on), `invalid` (an extension out of
+    /// range: nothing changed), or `unknown` (the call failed).
     pub fn outcome_word(&self, outcome: &Result<Settled>) -> &'static str {
         match (outcome, self) {
             (Ok(Settled::Done), Ending::Ack) => "acked",
@@ -63,20 +66,24 @@ impl Ending {
             (Ok(Settled::Cancelled), _) => "cancelled",
             (Err(e), _) if e.kind() == crate::ErrorKind::StaleDelivery => "stale",
             (Err(e), _) if e.kind() == crate::ErrorKind::Fenced => "fenced",
+            (Err(e), _) if e.kind() == crate::ErrorKind::InvalidArgument => "invalid",
             (Err(_), _) => "unknown",
         }
     }
 
-    fn op(&self) -> Op {
-        match self {
+    /// The settle operation; an extension outside 1 ms to 1 day is refused.
+    fn op(&self) -> Result<Op> {
+        Ok(match self {
             Ending::Ack => Op::Ack,
             Ending::Nack { delay, error } => crate::consumer::delivery::nack(*delay, error),
             Ending::Dead { error } => Op::Dead {
                 error: error.clone(),
             },
-            Ending::Extend(by) => Op::Extend { ms: span_ms(*by) },
+            Ending::Extend(by) => Op::Extend {
+                ms: crate::consumer::delivery::lease_ms(*by)?,
+            },
             Ending::Release => Op::Release,
-        }
+        })
     }
 }
 
@@ -89,13 +96,6 @@ fn is_gone(outcome: &Result<Settled>) -> bool {
             crate::ErrorKind::StaleDelivery | crate::ErrorKind::Fenced
         )
     })
-}
-
-/// A span in ms, at least 1 and at most the longest span rmq keeps.
-fn span_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis())
-        .unwrap_or(u64::MAX)
-        .clamp(1, MAX_SPAN_MS)
 }
 
 impl Topic {
@@ -112,7 +112,7 @@ impl Topic {
         let calls = batch.iter().map(|(r, e)| {
             let settler = &settler;
             async move {
-                let op = e.op();
+                let op = e.op()?;
                 let outcome = settler
                     .settle(r.slot, r.id.clone(), r.fence.clone(), op.clone())
                     .await;
