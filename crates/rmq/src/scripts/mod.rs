@@ -2,8 +2,11 @@
 //!
 //! Each server operation is one `.lua` file under `lua/` with a contract
 //! header. Slot scripts name the shared helpers they use on an `-- Includes:`
-//! line (`layout`, `records`, `notify`, `lifecycle`, `fence`), which are
-//! put before the body at build time (Lua has no includes), and
+//! line (`layout`; the pending set by operation: `pending` (its shape),
+//! `pending_heads`, `pending_resize`, `pending_write`, `pending_take`,
+//! `pending_read`; `records`, `notify`, `lifecycle`, `fence`), whose
+//! statements the body reaches are put before it at build time (Lua has no
+//! includes; `shake.rs`), and
 //! open with a `#!lua` line, so a cluster refuses any key outside the hash
 //! slot of the keys they declare. `settle_take.lua` runs settle's body
 //! then pop's (the `ending` and `take` includes) in one call. One script is flagged
@@ -34,9 +37,14 @@ pub(crate) mod shake;
 
 /// The helpers scripts share, one include per concern, in the order they
 /// are put before a script's body (a later one may use an earlier one).
-const INCLUDES: [(&str, &str); 8] = [
+const INCLUDES: [(&str, &str); 13] = [
     ("layout", include_str!("lua/layout.lua")),
     ("pending", include_str!("lua/pending.lua")),
+    ("pending_heads", include_str!("lua/pending_heads.lua")),
+    ("pending_resize", include_str!("lua/pending_resize.lua")),
+    ("pending_write", include_str!("lua/pending_write.lua")),
+    ("pending_take", include_str!("lua/pending_take.lua")),
+    ("pending_read", include_str!("lua/pending_read.lua")),
     ("records", include_str!("lua/records.lua")),
     ("notify", include_str!("lua/notify.lua")),
     ("lifecycle", include_str!("lua/lifecycle.lua")),

@@ -1,5 +1,5 @@
 -- cancel.lua: cancels messages of one slot by merge key.
--- Includes: layout pending records lifecycle
+-- Includes: layout pending pending_heads pending_resize pending_write records lifecycle
 --
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r'); in upper case ('P' | 'F' | 'R') when the topic's pending layout is compact (pending.lua)

@@ -1,5 +1,5 @@
 -- drop_slot.lua: deletes every key of one slot (a topic being deleted).
--- Includes: layout pending records
+-- Includes: layout pending pending_heads pending_read records
 --
 -- KEYS: the ten slot keys (see layout.lua), then the head index (and on a
 -- single node the marks) when the connection keeps one.

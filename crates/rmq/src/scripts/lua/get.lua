@@ -1,5 +1,5 @@
 -- get.lua: where one merge key is in one slot, and everything about it (reads only).
--- Includes: layout pending records
+-- Includes: layout pending pending_heads pending_resize pending_write records
 --
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r')   ARGV[2] key: the merge key

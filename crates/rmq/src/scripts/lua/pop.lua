@@ -1,5 +1,5 @@
 -- pop.lua: takes due messages of one slot into flight (phase one of two).
--- Includes: layout pending records notify lifecycle fence take
+-- Includes: layout pending pending_heads pending_resize pending_write pending_take records notify lifecycle fence take
 --
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind: 'p' | 'f' | 'r'; in upper case ('P' | 'F' | 'R') when the topic's pending layout is compact (pending.lua)

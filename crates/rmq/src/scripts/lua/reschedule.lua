@@ -1,5 +1,5 @@
 -- reschedule.lua: gives a waiting message of one slot a new due time or priority.
--- Includes: layout pending records notify
+-- Includes: layout pending pending_heads pending_resize pending_write records notify
 --
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind ('p' | 'f' | 'r'); in upper case ('P' | 'F' | 'R') when the topic's pending layout is compact (pending.lua)

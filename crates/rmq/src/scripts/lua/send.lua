@@ -1,5 +1,5 @@
 -- send.lua: adds messages to one slot, merging duplicates by merge key.
--- Includes: layout pending records notify lifecycle
+-- Includes: layout pending pending_heads pending_resize pending_write records notify lifecycle
 --
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind: 'p' priority | 'f' fixed-time | 'r' range-merge; in upper case ('P' | 'F' | 'R') when the topic's pending layout is compact (pending.lua)

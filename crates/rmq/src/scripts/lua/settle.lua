@@ -1,5 +1,5 @@
 -- settle.lua: ends or extends in-flight deliveries of one slot (phase two).
--- Includes: layout pending records notify lifecycle fence ending
+-- Includes: layout pending pending_heads pending_resize pending_write records notify lifecycle fence ending
 --
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind: 'p' | 'f' | 'r'; in upper case ('P' | 'F' | 'R') when the topic's pending layout is compact (pending.lua)

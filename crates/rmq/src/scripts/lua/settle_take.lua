@@ -4,7 +4,7 @@
 -- does the same). It runs settle.lua's body, then pop.lua's: what it
 -- does is what those two calls made back to back would do, with nothing of
 -- another client in between.
--- Includes: layout pending records notify lifecycle fence take ending
+-- Includes: layout pending pending_heads pending_resize pending_write pending_take records notify lifecycle fence take ending
 --
 -- KEYS: the ten slot keys (see layout.lua).
 -- ARGV[1] kind: 'p' | 'f' | 'r'; in upper case ('P' | 'F' | 'R') when the topic's pending layout is compact (pending.lua)

@@ -1,6 +1,6 @@
 -- stats.lua: depth per state and counters of one slot or of many slots of
 -- one node (reads only).
--- Includes: layout pending records
+-- Includes: layout pending pending_heads pending_read records
 --
 -- KEYS: the ten slot keys (see layout.lua) of each slot, slot after slot
 --   (more than one slot on a single Redis node only).
