@@ -7,10 +7,13 @@
 //! fetch only from slots that can hold what they show (`ordered`), and
 //! the dead-letter operations visit only slots that hold dead letters.
 
+mod dead;
 mod due;
 mod ordered;
 mod readings;
 mod requeue;
+
+pub use dead::{DeadLetter, DeadSelection};
 
 use std::cmp::Reverse;
 use std::collections::HashSet;
@@ -20,15 +23,12 @@ use ordered::Page;
 use serde::Serialize;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::scripts::admin::{self, Dead, Firsts, FirstsOf, Peeked, SlotStats, Which};
+use crate::scripts::admin::{self, Firsts, FirstsOf, Peeked, SlotStats};
 use crate::scripts::ScriptId;
 use crate::topic::{Topic, TopicKind};
 
 /// Single-slot calls per pipeline in admin operations.
 const SLOTS_PER_ROUND: usize = 256;
-
-/// Dead letters one purge call deletes at most.
-const PURGE_PER_CALL: u64 = 1_000;
 
 /// Depth and counters of one slot, or of a whole topic.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -140,37 +140,6 @@ pub struct Pending {
     score: i64,
 }
 
-/// A dead letter.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetter {
-    /// Merge key.
-    pub key: Vec<u8>,
-    /// Payload.
-    pub payload: Vec<u8>,
-    /// Slot.
-    pub slot: u32,
-    /// Deliveries it had.
-    pub attempts: u32,
-    /// The last error.
-    pub error: String,
-    /// When it died (Unix ms, server clock).
-    pub dead_at_ms: i64,
-    /// How many times this key died (dead letters of one key merge).
-    pub deaths: u32,
-}
-
-/// Which dead letters an operation applies to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeadSelection {
-    /// The dead letter of one merge key.
-    Key(Vec<u8>),
-    /// All of them.
-    All,
-    /// Those that died more than this long ago (server clock); purge only
-    /// (a requeue of them is refused).
-    OlderThan(std::time::Duration),
-}
-
 impl Topic {
     /// One call per slot of `slots`, `call(keys of the slot, slot)` making
     /// it; each slot's own result, in the order of `slots` (a failed round
@@ -214,17 +183,6 @@ impl Topic {
             .map(|(f, slot)| (slot, f))
             .collect();
         Ok((r.server_ms, firsts))
-    }
-
-    /// The slots holding dead letters, with their oldest death (ms), and
-    /// the server time.
-    async fn slots_with_dead(&self) -> Result<(i64, Vec<(u32, i64)>)> {
-        let (now, firsts) = self.firsts(FirstsOf::Dead).await?;
-        let dead = firsts
-            .into_iter()
-            .filter_map(|(slot, f)| Some((slot, f.dead?)))
-            .collect();
-        Ok((now, dead))
     }
 
     /// The topic's in-flight cap permits held now across all its consumers
@@ -357,115 +315,6 @@ impl Topic {
             out.push(Page { scanned, items });
         }
         Ok(out)
-    }
-
-    /// Up to `limit` dead letters, oldest death first (merged across
-    /// slots). Fetches only from the slots whose oldest dead letter is
-    /// among the `limit` oldest (a reading, as [`peek`](Self::peek) is).
-    pub async fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>> {
-        let (_, with_dead) = self.slots_with_dead().await?;
-        let found = ordered::first_across(
-            with_dead
-                .into_iter()
-                .map(|(slot, ms)| (slot, (ms, slot)))
-                .collect(),
-            limit,
-            |slot, d: &Dead| (d.dead_at_ms, slot),
-            |asks| self.dead_pages(asks),
-        )
-        .await?;
-        Ok(once_each(found, |d| &d.key)
-            .into_iter()
-            .map(|(slot, d)| DeadLetter {
-                key: d.key,
-                payload: d.payload,
-                slot,
-                attempts: d.attempts,
-                dead_at_ms: d.dead_at_ms,
-                deaths: d.deaths,
-                error: d.error,
-            })
-            .collect())
-    }
-
-    /// Dead letters of each (slot, from, count).
-    async fn dead_pages(&self, asks: Vec<(u32, usize, usize)>) -> Result<Vec<Page<Dead>>> {
-        let calls: Vec<_> = asks
-            .iter()
-            .map(|&(slot, from, count)| {
-                let (from, count) = (from.to_string(), count.to_string());
-                admin::dead_list(&self.slot_keys(slot), &count, &from)
-            })
-            .collect();
-        self.pages(calls, Dead::parse).await
-    }
-
-    /// Deletes dead letters for good; returns how many.
-    pub async fn purge_dead(&self, which: DeadSelection) -> Result<u64> {
-        let mut purged = 0u64;
-        match which {
-            DeadSelection::Key(key) => {
-                self.check_key(&key)?;
-                let slots = self.dead_slots(None).await?;
-                let replies = self
-                    .each_slot_of(&slots, |keys, _| admin::dead_purge(keys, &Which::Key(&key)))
-                    .await?;
-                for r in replies {
-                    purged += admin::purged(&r?);
-                }
-            }
-            DeadSelection::All | DeadSelection::OlderThan(_) => {
-                let limit = PURGE_PER_CALL.to_string();
-                let older_than = match &which {
-                    DeadSelection::OlderThan(d) => Some(*d),
-                    _ => None,
-                };
-                let age = older_than.map_or(String::new(), |d| d.as_millis().to_string());
-                let which = match age.is_empty() {
-                    true => Which::All { limit: &limit },
-                    false => Which::OlderThan {
-                        limit: &limit,
-                        ms: &age,
-                    },
-                };
-                for slot in self.dead_slots(older_than).await? {
-                    let keys = self.slot_keys(slot);
-                    loop {
-                        let (id, cmd) = admin::dead_purge(&keys, &which);
-                        let n = admin::purged(&self.redis().run_one(id, cmd).await?);
-                        purged += n;
-                        if n < PURGE_PER_CALL {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        Ok(purged)
-    }
-
-    /// The slots holding dead letters (with `older_than`, letters that died
-    /// at least that long ago by the server clock).
-    async fn dead_slots(&self, older_than: Option<std::time::Duration>) -> Result<Vec<u32>> {
-        let (now, with_dead) = self.slots_with_dead().await?;
-        let cutoff = older_than.map_or(i64::MAX, |d| {
-            now.saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        });
-        Ok(with_dead
-            .into_iter()
-            .filter(|&(_, oldest)| oldest <= cutoff)
-            .map(|(slot, _)| slot)
-            .collect())
-    }
-
-    fn check_key(&self, key: &[u8]) -> Result<()> {
-        if key.is_empty() {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "the merge key is empty",
-            ));
-        }
-        Ok(())
     }
 }
 
