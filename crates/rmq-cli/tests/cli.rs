@@ -161,15 +161,24 @@ fn send_single_from_argument_and_stdin() {
     assert_eq!(sent.len(), 1);
     assert_eq!(
         keys(&sent[0]),
-        names(&["key", "slot", "merged", "behind_in_flight"])
+        names(&[
+            "key",
+            "slot",
+            "merged",
+            "behind_in_flight",
+            "priority",
+            "server_ms"
+        ])
     );
     assert_eq!(sent[0]["key"], "hello");
+    assert_eq!(sent[0]["priority"], 3);
     assert_eq!(sent[0]["merged"], false);
     assert_eq!(sent[0]["behind_in_flight"], false);
     let again = env
         .ok(&["--json", "send", "p", "hello", "--priority", "5"])
         .json();
     assert_eq!(again[0]["merged"], true);
+    assert_eq!(again[0]["priority"], 5, "the merge's priority, as stored");
     assert_eq!(again[0]["slot"], sent[0]["slot"]);
 
     let text = env.ok(&["send", "p", "other", "--key", "k1"]);
@@ -218,8 +227,10 @@ fn send_batch_reports_a_summary_and_sends_nothing_on_a_bad_line() {
             input.as_bytes(),
         )
         .success();
-    let summary = r.json();
-    assert_eq!(summary.len(), 1, "{r:?}");
+    // One result per line (batch_results.rs checks them), the summary last.
+    let out = r.json();
+    assert_eq!(out.len(), 2501);
+    let summary = &out[2500..];
     assert_eq!(
         keys(&summary[0]),
         names(&["sent", "new", "merged", "refused", "full"])
@@ -264,7 +275,10 @@ fn send_refusals_are_one_line() {
         b"{\"payload\":\"late\",\"at\":1000}\n{\"payload\":\"fine\",\"delay\":60000}\n",
     );
     assert_eq!(r.code, 2, "{r:?}");
-    let s = &r.json()[0];
+    let out = r.json();
+    assert_eq!(out.len(), 3, "two results, then the summary: {r:?}");
+    assert_eq!(out[0]["outcome"], "refused");
+    let s = &out[2];
     assert_eq!(
         (s["sent"].as_u64(), s["refused"].as_u64()),
         (Some(1), Some(1))
