@@ -32,33 +32,14 @@ use redis::{Cmd, RedisError, RedisResult, Value};
 use tokio::time::Instant;
 
 use super::cluster::retry_through_failover;
-use super::layout::{ClusterLayout, SlotRange, HASH_SLOTS};
+use super::layout::ClusterLayout;
 use super::{acked_of, ClusterSeeds, WaitFor};
 use crate::scripts::ScriptId;
 
-/// A master's address, as the cluster announces it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct NodeAddr {
-    host: String,
-    port: u16,
-}
+mod nodes;
+mod slot_map;
 
-impl NodeAddr {
-    /// `host:port` as a redirect names it (`[::1]:7000` or `::1:7000`
-    /// alike); a redirect without a host (`:7000`, a cluster that
-    /// announces no endpoint) means the host of `sent_to`.
-    fn of_redirect(addr: &str, sent_to: &NodeAddr) -> Option<NodeAddr> {
-        let (host, port) = addr.rsplit_once(':')?;
-        let host = match host.trim_start_matches('[').trim_end_matches(']') {
-            "" | "?" => sent_to.host.as_str(),
-            host => host,
-        };
-        Some(NodeAddr {
-            host: host.to_string(),
-            port: port.parse().ok()?,
-        })
-    }
-}
+use slot_map::{NodeAddr, SlotMap};
 
 /// The least time between two `CLUSTER SLOTS` questions: a burst of
 /// redirects during a resharding asks once.
@@ -77,91 +58,6 @@ const REDIRECTS_WITHOUT_PAUSE: u32 = 5;
 /// The first and the longest pause before a refused call goes again.
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
 const LONGEST_PAUSE: Duration = Duration::from_millis(500);
-
-/// Which master serves each hash slot, as last asked and mended since.
-#[derive(Debug, Default)]
-struct SlotMap {
-    /// Per hash slot: an index into `nodes`; empty until first asked.
-    owner: Vec<Option<u16>>,
-    nodes: Vec<Arc<NodeAddr>>,
-    /// `owner` as a layout, made on first use after each change.
-    layout: Option<Arc<ClusterLayout>>,
-    /// A call grouped by the layout found a key elsewhere: ask again
-    /// before the next use of the layout.
-    stale: bool,
-    /// How many times it was forgotten: an answer to a question asked
-    /// before the last time may be what proved stale, and is kept stale.
-    forgotten: u64,
-}
-
-impl SlotMap {
-    fn of_ranges(ranges: Vec<SlotRange>, asked: &NodeAddr) -> SlotMap {
-        let mut map = SlotMap {
-            owner: vec![None; HASH_SLOTS],
-            ..SlotMap::default()
-        };
-        for r in ranges {
-            // An empty host is the answering node's own.
-            let host = match r.host.as_str() {
-                "" | "?" => asked.host.clone(),
-                _ => r.host,
-            };
-            let index = map.index_of(NodeAddr { host, port: r.port });
-            for hs in &mut map.owner[usize::from(r.start)..=usize::from(r.end)] {
-                *hs = index;
-            }
-        }
-        map
-    }
-
-    fn index_of(&mut self, addr: NodeAddr) -> Option<u16> {
-        let i = match self.nodes.iter().position(|n| **n == addr) {
-            Some(i) => i,
-            None => {
-                self.nodes.push(Arc::new(addr));
-                self.nodes.len() - 1
-            }
-        };
-        u16::try_from(i).ok()
-    }
-
-    fn master_of(&self, hash_slot: u16) -> Option<&Arc<NodeAddr>> {
-        let i = (*self.owner.get(usize::from(hash_slot))?)?;
-        self.nodes.get(usize::from(i))
-    }
-
-    /// A `MOVED` reply: the slot is served by `addr` now.
-    fn moved(&mut self, hash_slot: u16, addr: NodeAddr) {
-        if self.owner.len() != HASH_SLOTS {
-            return;
-        }
-        let index = self.index_of(addr);
-        if let Some(hs) = self.owner.get_mut(usize::from(hash_slot)) {
-            *hs = index;
-        }
-        self.layout = None;
-    }
-
-    /// The layout, unless never asked for or forgotten.
-    fn layout(&mut self) -> Option<Arc<ClusterLayout>> {
-        if self.owner.is_empty() || self.stale {
-            return None;
-        }
-        let owner = &self.owner;
-        Some(
-            self.layout
-                .get_or_insert_with(|| Arc::new(ClusterLayout::of_owners(owner.clone())))
-                .clone(),
-        )
-    }
-
-    /// Takes a new answer, asked for when the forget count was `asked_at`.
-    fn answered(&mut self, mut new: SlotMap, asked_at: u64) {
-        new.forgotten = self.forgotten;
-        new.stale = self.forgotten != asked_at;
-        *self = new;
-    }
-}
 
 /// One connection to a node, opened once for every call that waits for
 /// it (an attempt that failed is dropped, and the next call starts
@@ -475,18 +371,6 @@ impl Routing {
         Ok(out)
     }
 
-    fn lock_map(&self) -> std::sync::MutexGuard<'_, SlotMap> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn lock_conns(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<NodeAddr>, NodeConn>> {
-        self.conns.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn map_unknown(&self) -> bool {
-        self.lock_map().owner.is_empty()
-    }
-
     /// The map as a layout, asked for first if it never was or was
     /// forgotten; None if no node answered.
     pub(super) async fn layout(&self) -> Option<Arc<ClusterLayout>> {
@@ -502,139 +386,6 @@ impl Routing {
         let mut map = self.lock_map();
         map.stale = true;
         map.forgotten += 1;
-    }
-
-    /// The connection to a node (and its handle, to forget it by),
-    /// opened on first use: one opening for all the calls that wait for it.
-    async fn conn_to(
-        &self,
-        addr: &Arc<NodeAddr>,
-    ) -> RedisResult<(NodeConn, MultiplexedConnection)> {
-        let handle = {
-            let mut conns = self.lock_conns();
-            match conns.get(addr) {
-                Some(handle) => handle.clone(),
-                None => {
-                    let handle = self.opening(addr);
-                    conns.insert(addr.clone(), handle.clone());
-                    handle
-                }
-            }
-        };
-        match handle.clone().await {
-            Ok(conn) => Ok((handle, conn)),
-            Err(e) => {
-                self.forget_conn(addr, &handle);
-                Err(e)
-            }
-        }
-    }
-
-    /// Drops a node's connection if it is still `handle` (the next call
-    /// opens a new one; one opened meanwhile stays).
-    fn forget_conn(&self, addr: &NodeAddr, handle: &NodeConn) {
-        let mut conns = self.lock_conns();
-        if conns.get(addr).is_some_and(|h| h.ptr_eq(handle)) {
-            conns.remove(addr);
-        }
-    }
-
-    /// An opening of a connection to a node, shared by whoever awaits it.
-    fn opening(&self, addr: &NodeAddr) -> NodeConn {
-        let client = self.client_for(addr);
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(CONNECT_LIMIT))
-            .set_response_timeout(Some(self.response_timeout));
-        async move {
-            client?
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-        }
-        .boxed()
-        .shared()
-    }
-
-    fn client_for(&self, addr: &NodeAddr) -> RedisResult<redis::Client> {
-        self.seeds.client_for(&addr.host, addr.port)
-    }
-
-    /// Asks a master, else a seed, for the map of hash slots: one question
-    /// at a time, and none when another was asked within `unless_within`
-    /// (or, without it, when the map is known by now).
-    async fn refresh(&self, unless_within: Option<Duration>) {
-        let mut refreshed = self.refreshed.lock().await;
-        let fresh = match unless_within {
-            // First use (or after a forget): another call may have asked
-            // while this one waited.
-            None => {
-                let map = self.lock_map();
-                !map.owner.is_empty() && !map.stale
-            }
-            Some(within) => refreshed.is_some_and(|at| at.elapsed() < within),
-        };
-        if fresh {
-            return;
-        }
-        let (known, asked_at) = {
-            let map = self.lock_map();
-            (map.nodes.clone(), map.forgotten)
-        };
-        let seeds = self
-            .seeds
-            .nodes
-            .iter()
-            .filter_map(|info| match info.addr() {
-                redis::ConnectionAddr::Tcp(host, port)
-                | redis::ConnectionAddr::TcpTls { host, port, .. } => Some(Arc::new(NodeAddr {
-                    host: host.clone(),
-                    port: *port,
-                })),
-                _ => None,
-            });
-        let mut candidates: Vec<Arc<NodeAddr>> = Vec::new();
-        for addr in known.into_iter().chain(seeds) {
-            if !candidates.contains(&addr) {
-                candidates.push(addr);
-            }
-        }
-        // All at once: the first that answers with a layout is taken (a
-        // master that went dark costs no wait).
-        let questions = candidates
-            .iter()
-            .map(|addr| self.ask_map(addr).boxed())
-            .collect::<Vec<_>>();
-        if !questions.is_empty() {
-            if let Ok((map, _)) = futures::future::select_ok(questions).await {
-                self.lock_map().answered(map, asked_at);
-            }
-        }
-        *refreshed = Some(Instant::now());
-    }
-
-    /// One node's answer to `CLUSTER SLOTS`, on a connection of its own
-    /// (the shared one may be queued behind `WAIT`s).
-    async fn ask_map(&self, addr: &Arc<NodeAddr>) -> std::result::Result<SlotMap, ()> {
-        let question = async {
-            let config = redis::AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(ASK_LIMIT))
-                .set_response_timeout(Some(ASK_LIMIT));
-            let mut conn = self
-                .client_for(addr)?
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            redis::cmd("CLUSTER")
-                .arg("SLOTS")
-                .query_async::<Value>(&mut conn)
-                .await
-        };
-        let Ok(Ok(reply)) = tokio::time::timeout(ASK_LIMIT * 2, question).await else {
-            return Err(());
-        };
-        match SlotRange::all_of_reply(&reply) {
-            // A node that serves nothing (or not yet) is no authority.
-            Some(ranges) if !ranges.is_empty() => Ok(SlotMap::of_ranges(ranges, addr)),
-            _ => Err(()),
-        }
     }
 }
 
@@ -681,6 +432,7 @@ fn unserved_error(hash_slot: Option<u16>) -> RedisError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conn::layout::SlotRange;
 
     #[test]
     fn a_call_is_routed_by_its_first_key() {
