@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use redis::{Cmd, Value};
 
-use super::lease::Plan;
+use super::plan::Plan;
 use crate::conn::ClusterLayout;
 use crate::keys::cluster_hash_slot;
 use crate::scripts::lease::{LeaseAnswer, LeaseOp, LeaseRequest};

@@ -16,6 +16,7 @@ mod assign;
 mod calls;
 mod claim;
 mod lease;
+mod plan;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,7 +25,8 @@ use std::time::Duration;
 
 pub(crate) use assign::assign;
 pub(crate) use claim::Claim;
-pub(crate) use lease::{keep_leases, Ownership};
+pub(crate) use lease::keep_leases;
+pub(crate) use plan::Ownership;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys;
