@@ -13,6 +13,7 @@ use rmq::DeadSelection;
 use serde::Serialize;
 
 use super::key_arg;
+use super::placed::PlaceJson;
 use crate::output::{self, Out};
 use crate::{connect, CliResult, Global};
 use rmq_serve::views::KeyField;
@@ -90,11 +91,8 @@ struct LetterJson {
     /// requeued | merged (into the waiting message of its key)
     outcome: &'static str,
     behind_in_flight: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    priority: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    due_ms: Option<i64>,
-    server_ms: i64,
+    #[serde(flatten)]
+    place: PlaceJson,
 }
 
 impl LetterJson {
@@ -104,9 +102,7 @@ impl LetterJson {
             slot: l.slot,
             outcome: if l.merged { "merged" } else { "requeued" },
             behind_in_flight: l.behind_in_flight,
-            priority: l.priority,
-            due_ms: l.due_ms,
-            server_ms: l.server_ms,
+            place: PlaceJson::of_letter(l),
         }
     }
 }

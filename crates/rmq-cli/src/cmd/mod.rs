@@ -10,6 +10,7 @@ pub mod functions;
 pub mod get;
 pub mod key_arg;
 pub mod peek;
+mod placed;
 pub mod reschedule;
 pub mod send;
 pub mod serve;

@@ -19,6 +19,7 @@ use rmq::{Message, Sent, TopicSpec};
 use serde::{Deserialize, Serialize};
 
 use super::key_arg;
+use super::placed::PlaceJson;
 use crate::output::{self, Out};
 use crate::{connect, CliError, CliResult, Global};
 use rmq_serve::views::KeyField;
@@ -143,11 +144,8 @@ struct SentJson {
     slot: u32,
     merged: bool,
     behind_in_flight: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    priority: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    due_ms: Option<i64>,
-    server_ms: i64,
+    #[serde(flatten)]
+    place: PlaceJson,
 }
 
 impl SentJson {
@@ -157,9 +155,7 @@ impl SentJson {
             slot: s.slot,
             merged: s.merged,
             behind_in_flight: s.behind_in_flight,
-            priority: s.priority,
-            due_ms: s.due_ms,
-            server_ms: s.server_ms,
+            place: PlaceJson::of_sent(s),
         }
     }
 }
@@ -178,12 +174,9 @@ struct LineJson {
     reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     behind_in_flight: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    priority: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    due_ms: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    server_ms: Option<i64>,
+    /// None when refused.
+    #[serde(flatten)]
+    place: Option<PlaceJson>,
 }
 
 impl LineJson {
@@ -195,18 +188,14 @@ impl LineJson {
             outcome: "refused",
             reason: None,
             behind_in_flight: None,
-            priority: None,
-            due_ms: None,
-            server_ms: None,
+            place: None,
         };
         match result {
             Ok(s) => {
                 line.slot = s.slot;
                 line.outcome = if s.merged { "merged" } else { "new" };
                 line.behind_in_flight = Some(s.behind_in_flight);
-                line.priority = s.priority;
-                line.due_ms = s.due_ms;
-                line.server_ms = Some(s.server_ms);
+                line.place = Some(PlaceJson::of_sent(s));
             }
             Err(e) => line.reason = Some(e.to_string()),
         }
