@@ -40,6 +40,7 @@ mod settler;
 mod shared;
 mod take;
 mod wake;
+mod wiring;
 
 pub(crate) use shared::Shared;
 
@@ -59,7 +60,7 @@ pub use receipt::{Ending, Receipt, ReceiptKey};
 pub use runner::{Outcome, RunReport};
 pub use serial_member::SerialMember;
 
-use crate::group::{keep_leases, validate_group, Coordinator, RedisCoordinator, SerialConfig};
+use crate::group::{validate_group, Coordinator, SerialConfig};
 use crate::topic::Topic;
 
 /// How long closing a stream waits at most for the settles and permit
@@ -230,20 +231,13 @@ impl ConsumerBuilder {
     pub fn stream(self, cancel: CancellationToken) -> Deliveries {
         let spec = self.topic.spec();
         let member: Arc<str> = format!("{:016x}", rand::random::<u64>()).into();
-        // No thundering herd: parallel consumers on a single node wait on
-        // the marks (one consumer per new head); on a cluster, where a wait
-        // cannot span hash slots, they split the slots and each acts on
-        // its own slots' notices (`affinity.rs`). Both need the head index
-        // (to take over work that waits). Serial members own their slots.
-        let redis = self.topic.redis();
-        let marks = self.serial.is_none() && redis.head_index && !redis.is_cluster();
-        let affinity = self.serial.is_none() && redis.head_index && redis.is_cluster();
+        let finding = wiring::Finding::of(&self);
         let shared = Arc::new(Shared::new(
             spec.kind,
             spec.slots,
             self.serial.as_ref().map(|_| member.clone()),
-            marks,
-            affinity,
+            finding.marks,
+            finding.affinity,
         ));
         let permits = match &self.gate {
             Some(g) => g.sem.clone(),
@@ -251,88 +245,23 @@ impl ConsumerBuilder {
         };
         let (tx, rx) = mpsc::channel(self.concurrency);
         let stop = cancel.child_token();
-        let chain = (self.take_on_settle && self.budget.is_none()).then(|| {
-            Arc::new(chain::Chain {
-                shared: shared.clone(),
-                tx: tx.downgrade(),
-                gate: self.gate.clone(),
-                stop: stop.clone(),
-                fanout: chain::fanout_of(spec.kind, self.serial.is_some(), fetcher::FANOUT)
-                    .min(self.concurrency),
-                rescan: self.rescan,
-                last_turn: std::sync::Mutex::new(std::time::Instant::now()),
-            })
-        });
+        let chain = self.chain(&shared, &tx, &stop);
         let settler = settler::Settler::spawn_with(
             self.topic.clone(),
             inflight::Permits::new(&self.topic),
             chain,
         );
         let settles = settler.load();
-        tokio::spawn(wake::listen(
-            self.topic.clone(),
-            shared.clone(),
-            stop.clone(),
-        ));
-        let affinity = affinity.then(|| {
-            tokio::spawn(affinity::keep(
-                self.topic.clone(),
-                shared.clone(),
-                member.clone(),
-                stop.clone(),
-            ))
-        });
-        if marks {
-            tokio::spawn(marks::wait(
-                self.topic.clone(),
-                shared.clone(),
-                stop.clone(),
-            ));
-        }
-        tokio::spawn(fetcher::fetch_loop(fetcher::Fetcher::new(
-            self.topic.clone(),
-            shared.clone(),
-            settler,
-            room::Room {
-                topic: permits,
-                pool: self.pool.clone(),
-                gate: self.gate.clone(),
-                budget: self.budget.clone(),
-            },
-            tx,
-            fetcher::FetchConfig {
-                batch: self.batch.min(self.concurrency),
-                concurrency: self.concurrency,
-                rescan: self.rescan,
-            },
-            stop.clone(),
-        )));
+        let affinity = finding.spawn(&self.topic, &shared, &member, &stop);
+        self.spawn_fetcher(&shared, settler, permits, tx, &stop);
         let invalid = self
             .serial
             .as_ref()
             .is_some_and(|c| validate_group(&c.group).is_err());
-        let keeper = self.serial.filter(|_| !invalid).map(|cfg| {
-            let coordinator = self
-                .coordinator
-                .clone()
-                .unwrap_or_else(|| Arc::new(RedisCoordinator::new(self.topic.clone())));
-            let membership = coordinator.join(
-                &self.topic.group_ref(&cfg.group, cfg.member_timeout),
-                &member,
-            );
-            let keeper_stop = CancellationToken::new();
-            let handle = shared.ownership.clone().map(|own| {
-                tokio::spawn(keep_leases(
-                    self.topic.clone(),
-                    own,
-                    shared.clone(),
-                    membership,
-                    cfg,
-                    keeper_stop.clone(),
-                ))
-            });
-            (keeper_stop, handle)
-        });
+        let keeper = match invalid {
+            true => None,
+            false => self.keeper(&shared, &member),
+        };
         if invalid {
             stop.cancel();
         }
