@@ -25,6 +25,7 @@ use super::calls::{Answers, LeaseCalls, Sharing};
 use super::plan::{apply, plan, Ownership, Plan};
 use super::{assign, Membership, SerialConfig, SlotEvents};
 use crate::conn::ClusterLayout;
+use crate::scripts::lease::LeaseAnswer;
 use crate::scripts::ScriptId;
 use crate::topic::Topic;
 
@@ -202,20 +203,7 @@ impl Keeper {
             &self.failing_since,
         )
         .await;
-        let plans = {
-            let mut o = self.own.lock().unwrap_or_else(|p| p.into_inner());
-            o.expire(topic.name());
-            let desired: Option<HashSet<u32>> = match (&members, leaving) {
-                (_, true) => Some(HashSet::new()),
-                (Some(m), false) => Some(
-                    assign(m, topic.spec().slots, &self.member)
-                        .into_iter()
-                        .collect(),
-                ),
-                (None, false) => None,
-            };
-            plan(&mut o, desired.as_ref(), leaving)
-        };
+        let plans = self.plans(members.as_deref(), leaving);
         let wanted = plans.iter().filter(|(_, p)| *p == Plan::Acquire).count();
         let failed = Round {
             acquired: Vec::new(),
@@ -225,29 +213,11 @@ impl Keeper {
         let layout = self.layout(heartbeat_limit).await;
         let sent_at = Instant::now();
         let deadline = sent_at + call_limit;
-        let (lease_calls, replies) = loop {
-            let sharing = match (&layout, self.batch_renewals.load(Ordering::Relaxed)) {
-                (Some(layout), _) => Sharing::PerMaster(layout),
-                (None, true) => Sharing::OneNode,
-                (None, false) => Sharing::None,
-            };
-            let mut lease_calls = LeaseCalls::new(topic, &plans, &self.member, ttl_ms, sharing);
-            let calls = std::mem::take(&mut lease_calls.calls);
-            let Some(replies) = self.send(calls, deadline).await else {
-                return failed;
-            };
-            match lease_calls.batch_error(&replies) {
-                // Asked again at once, one call per slot (an acquire sent
-                // twice only takes a newer epoch; a release sent twice is
-                // refused the second time, and the slot is gone either way).
-                Some(e) if matches!(sharing, Sharing::OneNode) => {
-                    tracing::warn!(topic = %topic.name(),
-                        "renewing slot leases in one call failed ({e}): renewing them one call \
-                         per slot from now on");
-                    self.batch_renewals.store(false, Ordering::Relaxed);
-                }
-                _ => break (lease_calls, replies),
-            }
+        let Some((lease_calls, replies)) = self
+            .send_plans(&plans, layout.as_ref(), ttl_ms, deadline)
+            .await
+        else {
+            return failed;
         };
         let Answers {
             mut each,
@@ -259,25 +229,93 @@ impl Keeper {
             topic.redis().forget_layout();
         }
         if !again.is_empty() {
-            // Renew those leases (found elsewhere, or in a shared call that
-            // failed) one call per slot, each following its redirect.
-            tracing::debug!(topic = %topic.name(), leases = again.len(),
-                "renewals not done where the cluster layout said: asking again one per slot");
-            let retry: Vec<(u32, Plan)> = again.iter().map(|&i| plans[i]).collect();
-            let mut retry_calls =
-                LeaseCalls::new(topic, &retry, &self.member, ttl_ms, Sharing::None);
-            let calls = std::mem::take(&mut retry_calls.calls);
-            if let Some(replies) = self.send(calls, deadline).await {
-                for (&i, answer) in again.iter().zip(retry_calls.answers(replies).each) {
-                    each[i] = answer;
-                }
-            }
+            self.renew_one_by_one(&plans, &again, &mut each, ttl_ms, deadline)
+                .await;
         }
         let mut o = self.own.lock().unwrap_or_else(|p| p.into_inner());
         let acquired = apply(&mut o, plans, each, sent_at + lease_ttl - margin);
         Round {
             refused: wanted - acquired.len(),
             acquired,
+        }
+    }
+
+    /// This round's plan: the slots this member should own, from the
+    /// members the heartbeat saw (None: unknown this round; none when
+    /// leaving), against what it owns (expired leases dropped first).
+    fn plans(&self, members: Option<&[String]>, leaving: bool) -> Vec<(u32, Plan)> {
+        let topic = &self.topic;
+        let mut o = self.own.lock().unwrap_or_else(|p| p.into_inner());
+        o.expire(topic.name());
+        let desired: Option<HashSet<u32>> = match (members, leaving) {
+            (_, true) => Some(HashSet::new()),
+            (Some(m), false) => Some(
+                assign(m, topic.spec().slots, &self.member)
+                    .into_iter()
+                    .collect(),
+            ),
+            (None, false) => None,
+        };
+        plan(&mut o, desired.as_ref(), leaving)
+    }
+
+    /// Sends the plan's lease calls (per master with a layout, else in one
+    /// call while that works, else one call per slot) and returns them with
+    /// their replies (None: the pipeline failed or timed out). A shared
+    /// call that fails as a whole is asked again at once, one call per
+    /// slot, and so are all later rounds' (an acquire sent twice only
+    /// takes a newer epoch; a release sent twice is refused the second
+    /// time, and the slot is gone either way).
+    async fn send_plans(
+        &self,
+        plans: &[(u32, Plan)],
+        layout: Option<&Arc<ClusterLayout>>,
+        ttl_ms: u64,
+        deadline: Instant,
+    ) -> Option<(LeaseCalls, Vec<crate::Result<Value>>)> {
+        let topic = &self.topic;
+        loop {
+            let sharing = match (layout, self.batch_renewals.load(Ordering::Relaxed)) {
+                (Some(layout), _) => Sharing::PerMaster(layout),
+                (None, true) => Sharing::OneNode,
+                (None, false) => Sharing::None,
+            };
+            let mut lease_calls = LeaseCalls::new(topic, plans, &self.member, ttl_ms, sharing);
+            let calls = std::mem::take(&mut lease_calls.calls);
+            let replies = self.send(calls, deadline).await?;
+            match lease_calls.batch_error(&replies) {
+                Some(e) if matches!(sharing, Sharing::OneNode) => {
+                    tracing::warn!(topic = %topic.name(),
+                        "renewing slot leases in one call failed ({e}): renewing them one call \
+                         per slot from now on");
+                    self.batch_renewals.store(false, Ordering::Relaxed);
+                }
+                _ => return Some((lease_calls, replies)),
+            }
+        }
+    }
+
+    /// Renews the leases of `again` (found elsewhere than the layout said,
+    /// or in a shared call that failed) one call per slot, each following
+    /// its redirect; their answers replace those in `each`.
+    async fn renew_one_by_one(
+        &self,
+        plans: &[(u32, Plan)],
+        again: &[usize],
+        each: &mut [Option<LeaseAnswer>],
+        ttl_ms: u64,
+        deadline: Instant,
+    ) {
+        tracing::debug!(topic = %self.topic.name(), leases = again.len(),
+            "renewals not done where the cluster layout said: asking again one per slot");
+        let retry: Vec<(u32, Plan)> = again.iter().map(|&i| plans[i]).collect();
+        let mut retry_calls =
+            LeaseCalls::new(&self.topic, &retry, &self.member, ttl_ms, Sharing::None);
+        let calls = std::mem::take(&mut retry_calls.calls);
+        if let Some(replies) = self.send(calls, deadline).await {
+            for (&i, answer) in again.iter().zip(retry_calls.answers(replies).each) {
+                each[i] = answer;
+            }
         }
     }
 
