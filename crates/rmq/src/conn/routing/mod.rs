@@ -36,6 +36,7 @@ use super::layout::ClusterLayout;
 use super::{acked_of, ClusterSeeds, WaitFor};
 use crate::scripts::ScriptId;
 
+mod judge;
 mod nodes;
 mod slot_map;
 
@@ -103,6 +104,30 @@ struct Try {
     last_error: Option<RedisError>,
 }
 
+/// What one pass left: the tries that go again, whether to pause before
+/// they do, and whether to ask for the slot map first.
+struct Pass {
+    again: Vec<Try>,
+    pause: bool,
+    refresh: bool,
+}
+
+/// Each call's first try, routed by the hash slot of its first key.
+fn first_tries(calls: &[(ScriptId, Cmd)], pending: &[usize]) -> Vec<Try> {
+    pending
+        .iter()
+        .enumerate()
+        .map(|(at, &call)| Try {
+            at,
+            call,
+            hash_slot: first_key(&calls[call].1).map(crate::keys::cluster_hash_slot),
+            ask: None,
+            redirects: 0,
+            last_error: None,
+        })
+        .collect()
+}
+
 /// What became of one try.
 enum Outcome {
     Done(RedisResult<Value>, Option<u32>),
@@ -136,18 +161,7 @@ impl Routing {
         let deadline = Instant::now() + window;
         let mut out: Vec<Option<(RedisResult<Value>, Option<u32>)>> =
             (0..pending.len()).map(|_| None).collect();
-        let mut todo: Vec<Try> = pending
-            .iter()
-            .enumerate()
-            .map(|(at, &call)| Try {
-                at,
-                call,
-                hash_slot: first_key(&calls[call].1).map(crate::keys::cluster_hash_slot),
-                ask: None,
-                redirects: 0,
-                last_error: None,
-            })
-            .collect();
+        let mut todo = first_tries(calls, pending);
         let mut pause = FIRST_PAUSE;
         let mut first = true;
         while !todo.is_empty() {
@@ -161,130 +175,78 @@ impl Routing {
                 break;
             }
             first = false;
-            let (by_node, unserved) = self.route(todo);
-            let mut again: Vec<Try> = Vec::new();
-            let mut must_pause = false;
-            let mut must_refresh = false;
-            for mut t in unserved {
-                t.last_error = Some(unserved_error(t.hash_slot));
-                again.push(t);
-                must_pause = true;
-                must_refresh = true;
-            }
-            let sent = futures::future::join_all(by_node.into_iter().map(|(addr, tries)| async {
-                let replies = self.send(&addr, calls, &tries, wait).await;
-                (addr, tries, replies)
-            }))
-            .await;
-            for (addr, tries, replies) in sent {
-                let replies = match replies {
-                    Ok(replies) => replies.into_iter().map(Ok).collect::<Vec<_>>(),
-                    Err(failed) => {
-                        must_refresh = true;
-                        tries.iter().map(|_| Err(failed.clone())).collect()
-                    }
-                };
-                for (mut t, reply) in tries.into_iter().zip(replies) {
-                    let rerun_safe = {
-                        let id = calls[t.call].0;
-                        id.memoized() || id.rerun_harmless()
-                    };
-                    match self.judge(&mut t, &addr, reply, rerun_safe, &mut must_refresh) {
-                        Outcome::Done(r, acked) => out[t.at] = Some((r, acked)),
-                        Outcome::Again { pause } => {
-                            must_pause |= pause;
-                            again.push(t);
-                        }
-                    }
-                }
-            }
-            if again.is_empty() {
+            let pass = self.pass(calls, todo, wait, &mut out).await;
+            if pass.again.is_empty() {
                 break;
             }
-            if must_pause {
+            if pass.pause {
                 if Instant::now() + pause >= deadline {
-                    give_up(again, &mut out);
+                    give_up(pass.again, &mut out);
                     break;
                 }
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(LONGEST_PAUSE);
             }
-            if must_refresh {
+            if pass.refresh {
                 self.refresh(Some(REFRESH_AT_MOST_EVERY)).await;
             }
-            todo = again;
+            todo = pass.again;
         }
         out.into_iter()
             .map(|o| o.unwrap_or_else(|| (Err(unserved_error(None)), None)))
             .collect()
     }
 
-    /// What a reply (or the failure of its pipeline, `Err`) from the node
-    /// `sent_to` means for its try.
-    fn judge(
+    /// One pass: each try to the master the map names for it (all masters
+    /// at once, one pipeline each), each reply judged alone; the answers go
+    /// to `out`, and what must go again comes back.
+    async fn pass(
         &self,
-        t: &mut Try,
-        sent_to: &NodeAddr,
-        reply: std::result::Result<(RedisResult<Value>, Option<u32>), Failed>,
-        rerun_safe: bool,
-        must_refresh: &mut bool,
-    ) -> Outcome {
-        t.ask = None;
-        let e = match reply {
-            Ok((Ok(v), acked)) => return Outcome::Done(Ok(v), acked),
-            Ok((Err(e), _)) => e,
-            Err(Failed::NotSent(e)) => {
-                t.last_error = Some(e);
-                return Outcome::Again { pause: true };
-            }
-            Err(Failed::Broken(e)) => {
-                return match retry_through_failover(&e, rerun_safe) {
-                    true => {
-                        t.last_error = Some(e);
-                        Outcome::Again { pause: true }
-                    }
-                    false => Outcome::Done(Err(e), None),
-                };
-            }
+        calls: &[(ScriptId, Cmd)],
+        todo: Vec<Try>,
+        wait: Option<WaitFor>,
+        out: &mut [Option<(RedisResult<Value>, Option<u32>)>],
+    ) -> Pass {
+        let (by_node, unserved) = self.route(todo);
+        let mut pass = Pass {
+            again: Vec::new(),
+            pause: false,
+            refresh: false,
         };
-        let redirect = e
-            .redirect_node()
-            .and_then(|(addr, hs)| Some((NodeAddr::of_redirect(addr, sent_to)?, hs)));
-        if let Some((addr, hs)) = redirect {
-            t.redirects += 1;
-            let pause = t.redirects > REDIRECTS_WITHOUT_PAUSE;
-            match e.kind() {
-                redis::ErrorKind::Server(redis::ServerErrorKind::Ask) => {
-                    t.ask = Some(Arc::new(addr))
+        for mut t in unserved {
+            t.last_error = Some(unserved_error(t.hash_slot));
+            pass.again.push(t);
+            pass.pause = true;
+            pass.refresh = true;
+        }
+        let sent = futures::future::join_all(by_node.into_iter().map(|(addr, tries)| async {
+            let replies = self.send(&addr, calls, &tries, wait).await;
+            (addr, tries, replies)
+        }))
+        .await;
+        for (addr, tries, replies) in sent {
+            let replies = match replies {
+                Ok(replies) => replies.into_iter().map(Ok).collect::<Vec<_>>(),
+                Err(failed) => {
+                    pass.refresh = true;
+                    tries.iter().map(|_| Err(failed.clone())).collect()
                 }
-                _ => {
-                    self.lock_map().moved(hs, addr);
-                    *must_refresh = true;
+            };
+            for (mut t, reply) in tries.into_iter().zip(replies) {
+                let rerun_safe = {
+                    let id = calls[t.call].0;
+                    id.memoized() || id.rerun_harmless()
+                };
+                match self.judge(&mut t, &addr, reply, rerun_safe, &mut pass.refresh) {
+                    Outcome::Done(r, acked) => out[t.at] = Some((r, acked)),
+                    Outcome::Again { pause } => {
+                        pass.pause |= pause;
+                        pass.again.push(t);
+                    }
                 }
             }
-            t.last_error = Some(e);
-            return Outcome::Again { pause };
         }
-        // A reply error: the call ran (and failed) unless the reply says
-        // it did not run at all.
-        if retry_through_failover(&e, false) {
-            if matches!(
-                e.kind(),
-                redis::ErrorKind::Server(
-                    redis::ServerErrorKind::ClusterDown
-                        | redis::ServerErrorKind::MasterDown
-                        | redis::ServerErrorKind::ReadOnly
-                        // A redirect this code could not read.
-                        | redis::ServerErrorKind::Moved
-                        | redis::ServerErrorKind::Ask
-                )
-            ) {
-                *must_refresh = true;
-            }
-            t.last_error = Some(e);
-            return Outcome::Again { pause: true };
-        }
-        Outcome::Done(Err(e), None)
+        pass
     }
 
     /// The tries grouped by the node each goes to, and those no known
