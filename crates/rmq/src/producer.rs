@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::message::Message;
+use crate::message::{Message, Received};
 use crate::outcome::Sent;
 use crate::scripts::send::{self, Item, SendRequest};
 use crate::scripts::{codes, ScriptId};
-use crate::topic::{Topic, TopicKind, TopicSpec};
+use crate::topic::{Topic, TopicSpec};
 
 /// Messages per script call: bounds the time one call holds Redis.
 const PER_CALL: usize = 1_000;
@@ -223,10 +223,11 @@ impl Topic {
                     .filter(|&&(c, _)| send::is_new(c))
                     .count();
                 for (&i, (code, score)) in members.iter().zip(reply.results) {
+                    let (priority, due_ms) = Received::score_fields(spec.kind, score);
                     let at = codes::SentAt {
                         slot: slots[i],
-                        priority_topic: spec.kind == TopicKind::Priority,
-                        score,
+                        priority,
+                        due_ms,
                         server_ms: reply.server_ms,
                     };
                     let sent =

@@ -5,6 +5,7 @@
 
 use super::DeadSelection;
 use crate::error::{Error, ErrorKind, Result};
+use crate::message::Received;
 use crate::outcome::RequeuedLetter;
 use crate::scripts::admin::{RequeueRequest, Requeued, Which};
 use crate::topic::{Topic, TopicKind};
@@ -12,9 +13,6 @@ use crate::topic::{Topic, TopicKind};
 /// Dead letters one requeue call takes at most (the default dead-letter
 /// cap of a slot): tens of milliseconds of Redis time.
 const REQUEUE_PER_CALL: u64 = 10_000;
-
-/// A priority score's priority part (records.lua's priority_score).
-const PRIORITY_UNIT: i64 = 1 << 32;
 
 impl Topic {
     /// Puts dead letters back as fresh messages (no attempts counted).
@@ -40,11 +38,11 @@ impl Topic {
     /// priority or due time as stored (a requeued time-based letter is due
     /// at once, by the server's clock).
     pub async fn requeue_dead_each(&self, which: DeadSelection) -> Result<Vec<RequeuedLetter>> {
-        let priority = self.spec.kind == TopicKind::Priority;
+        let kind = self.spec.kind;
         let mut letters = Vec::new();
         self.requeue_calls(which, |slot, r| {
             for (key, code, score) in r.each {
-                letters.push(letter(slot, priority, r.server_ms, key, code, score));
+                letters.push(letter(slot, kind, r.server_ms, key, code, score));
             }
         })
         .await?;
@@ -163,22 +161,23 @@ impl Topic {
 /// behind it; score 0 when not told (merged into a retry-waiting message).
 fn letter(
     slot: u32,
-    priority_topic: bool,
+    kind: TopicKind,
     server_ms: i64,
     key: Vec<u8>,
     code: i64,
     score: i64,
 ) -> RequeuedLetter {
-    let told = (score != 0).then_some(score);
+    let (priority, due_ms) = match score {
+        0 => (None, None),
+        s => Received::score_fields(kind, s),
+    };
     RequeuedLetter {
         key,
         slot,
         merged: code == 2 || code == 4,
         behind_in_flight: code == 3 || code == 4,
-        priority: told
-            .filter(|_| priority_topic)
-            .and_then(|s| u32::try_from(s.div_euclid(PRIORITY_UNIT)).ok()),
-        due_ms: told.filter(|_| !priority_topic),
+        priority,
+        due_ms,
         server_ms,
     }
 }

@@ -11,8 +11,8 @@ use crate::outcome::{Moved, Sent, Settled};
 /// One message's code in a send reply (send.lua): 1 new, 2 merged into a
 /// pending message, 3 new behind the same key in flight, 4 merged into the
 /// message waiting behind it; -1 due in the past, -2 payload too large,
-/// -3 invalid spec, -4 the topic is full. `score` is the message's order
-/// score as stored (see [`SentAt`]).
+/// -3 invalid spec, -4 the topic is full. `at` says where the message
+/// stands (see [`SentAt`]).
 pub(crate) fn sent(code: i64, at: SentAt, max_payload: u64, tolerance_ms: u64) -> Result<Sent> {
     let (merged, behind_in_flight) = match code {
         1 => (false, false),
@@ -27,34 +27,26 @@ pub(crate) fn sent(code: i64, at: SentAt, max_payload: u64, tolerance_ms: u64) -
             ))
         }
     };
-    let (priority, due_ms) = match at.priority_topic {
-        true => (u32::try_from(at.score.div_euclid(PRIORITY_UNIT)).ok(), None),
-        false => (None, Some(at.score)),
-    };
     Ok(Sent {
         slot: at.slot,
         merged,
         behind_in_flight,
         replicas: None,
-        priority,
-        due_ms,
+        priority: at.priority,
+        due_ms: at.due_ms,
         server_ms: at.server_ms,
     })
 }
 
-/// Where a sent message stands, as a send reply tells it.
+/// Where a sent message stands, as a send reply tells it (its score read
+/// by `Received::score_fields`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SentAt {
     pub(crate) slot: u32,
-    /// A priority topic's (else a time-based topic's).
-    pub(crate) priority_topic: bool,
-    /// Its order score: priority * 2^32 + a FIFO part, or a due time (ms).
-    pub(crate) score: i64,
+    pub(crate) priority: Option<u32>,
+    pub(crate) due_ms: Option<i64>,
     pub(crate) server_ms: i64,
 }
-
-/// A priority score's priority part (records.lua's priority_score).
-const PRIORITY_UNIT: i64 = 1 << 32;
 
 /// One operation's code in a settle reply (settle.lua): 1 done, 2 dead,
 /// 3 superseded by a duplicate, 4 cancelled; -1 stale, -2 fenced (nothing changed).
@@ -134,11 +126,18 @@ mod tests {
 
     #[test]
     fn a_sent_message_tells_its_priority_or_due_time_from_its_score() {
-        let at = |priority_topic, score| SentAt {
-            slot: 3,
-            priority_topic,
-            score,
-            server_ms: 1_000,
+        let at = |priority_topic: bool, score| {
+            let kind = match priority_topic {
+                true => crate::TopicKind::Priority,
+                false => crate::TopicKind::FixedTime,
+            };
+            let (priority, due_ms) = crate::message::Received::score_fields(kind, score);
+            SentAt {
+                slot: 3,
+                priority,
+                due_ms,
+                server_ms: 1_000,
+            }
         };
         // records.lua: priority * 2^32 + (2^32 - 1 - seq % 2^32).
         let p = sent(1, at(true, 9 * (1 << 32) + (1 << 32) - 8), 10, 10).unwrap();
@@ -160,8 +159,8 @@ mod tests {
         );
         let at = SentAt {
             slot: 0,
-            priority_topic: true,
-            score: 0,
+            priority: Some(0),
+            due_ms: None,
             server_ms: 0,
         };
         for code in [1, 2, 3, 4] {
