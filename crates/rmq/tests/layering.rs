@@ -1,132 +1,38 @@
-//! The library's modules import each other in one direction only: the
-//! graph of `crate::<module>` references between the top-level modules of
-//! `src/` (a name re-exported by `lib.rs` counts as its module) has no
-//! cycle. A cycle is what makes a change in one place ripple everywhere.
+//! The library's modules import each other in one direction only, at
+//! every level: among the top-level modules of `src/`, and among the
+//! sub-modules of every folder (a name re-exported by a module counts as
+//! the module that defines it). A cycle is what makes a change in one
+//! place ripple everywhere. A module may use its parent's items and its
+//! own sub-modules; only siblings are held to one direction.
+//!
+//! The consumer wing in particular has three parts that each decide one
+//! thing: `discovery` (where work is), `flow` (how much to take) and
+//! `life` (a delivery from pop to settle). `life` uses the other two;
+//! they use neither each other nor `life`.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+#[path = "layering/modules.rs"]
+mod modules;
 
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use modules::{Graph, Modules};
+
+fn library() -> Modules {
+    Modules::read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
 }
 
-/// The `.rs` files of a top-level module (a file, or a folder).
-fn files_of(path: &Path) -> Vec<PathBuf> {
-    if path.is_dir() {
-        let mut out = Vec::new();
-        for e in std::fs::read_dir(path).unwrap() {
-            out.extend(files_of(&e.unwrap().path()));
-        }
-        out
-    } else if path.extension().is_some_and(|e| e == "rs") {
-        vec![path.to_path_buf()]
-    } else {
-        Vec::new()
-    }
-}
-
-/// Code without comments and without its `#[cfg(test)]` items (each cut
-/// from the attribute to the end of the item's braces, wherever it is in
-/// the file: code after a test module still counts).
-fn code(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap();
-    let text: String = text
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("//"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let mut out = String::new();
-    let mut rest = text.as_str();
-    while let Some(at) = rest.find("#[cfg(test)]") {
-        out.push_str(&rest[..at]);
-        let item = &rest[at..];
-        // Skip to the end of the item: its braces balanced, or its `;`.
-        let mut depth = 0usize;
-        let mut end = item.len();
-        for (i, c) in item.char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth = depth.saturating_sub(1);
-                    if depth == 0 {
-                        end = i + 1;
-                        break;
-                    }
-                }
-                ';' if depth == 0 => {
-                    end = i + 1;
-                    break;
-                }
-                _ => {}
-            }
-        }
-        rest = &item[end..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// Names re-exported at the crate root (`pub use module::{A, B}` in lib.rs).
-fn root_names(modules: &BTreeSet<String>) -> BTreeMap<String, String> {
-    let lib = code(&src().join("lib.rs"));
-    let mut out = BTreeMap::new();
-    for stmt in lib.split("pub use ").skip(1) {
-        let stmt = stmt.split(';').next().unwrap_or_default();
-        let Some((module, rest)) = stmt.split_once("::") else {
-            continue;
-        };
-        if !modules.contains(module) {
-            continue;
-        }
-        for name in rest.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
-            if !name.is_empty() {
-                out.insert(name.to_string(), module.to_string());
-            }
-        }
-    }
-    out
-}
-
-fn graph() -> BTreeMap<String, BTreeSet<String>> {
-    let mut modules = BTreeMap::new();
-    for e in std::fs::read_dir(src()).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_stem().unwrap().to_string_lossy().into_owned();
-        if name != "lib" && (p.is_dir() || p.extension().is_some_and(|e| e == "rs")) {
-            modules.insert(name, p);
-        }
-    }
-    let names: BTreeSet<String> = modules.keys().cloned().collect();
-    let root = root_names(&names);
-    let mut graph = BTreeMap::new();
-    for (module, path) in &modules {
-        let mut deps = BTreeSet::new();
-        for file in files_of(path) {
-            let text = code(&file);
-            for part in text.split("crate::").skip(1) {
-                let first: String = part
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                let target = if names.contains(&first) {
-                    Some(first)
-                } else {
-                    root.get(&first).cloned()
-                };
-                if let Some(t) = target.filter(|t| t != module) {
-                    deps.insert(t);
-                }
-            }
-        }
-        graph.insert(module.clone(), deps);
-    }
-    graph
+fn path(p: &str) -> Vec<String> {
+    p.split('/')
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// A cycle through `at`, if any (depth-first search).
 fn cycle(
-    g: &BTreeMap<String, BTreeSet<String>>,
+    g: &Graph,
     at: &str,
     path: &mut Vec<String>,
     done: &mut BTreeSet<String>,
@@ -150,15 +56,58 @@ fn cycle(
     None
 }
 
+fn first_cycle(g: &Graph) -> Option<Vec<String>> {
+    let mut done = BTreeSet::new();
+    g.keys()
+        .find_map(|m| cycle(g, m, &mut Vec::new(), &mut done))
+}
+
 #[test]
 fn the_library_modules_import_each_other_in_one_direction() {
-    let g = graph();
+    let g = library().graph_below(&[]);
     // The graph is read at all: the consumer uses the group (serial mode).
     assert!(g["consumer"].contains("group"), "{g:?}");
-    let mut done = BTreeSet::new();
-    for m in g.keys() {
-        if let Some(c) = cycle(&g, m, &mut Vec::new(), &mut done) {
-            panic!("import cycle: {}", c.join(" -> "));
+    if let Some(c) = first_cycle(&g) {
+        panic!("import cycle: {}", c.join(" -> "));
+    }
+}
+
+#[test]
+fn every_folders_modules_import_each_other_in_one_direction() {
+    let lib = library();
+    let parents = lib.parents();
+    // Sub-modules are read at all, through re-exports too: a delivery's
+    // end goes through its settler, and the fetch loop hands out
+    // `Delivery`s, which it names through `consumer::life`.
+    assert!(
+        parents.contains(&path("consumer/life/delivery")),
+        "{parents:?}"
+    );
+    let life = lib.graph_below(&path("consumer/life"));
+    assert!(life["fetcher"].contains("delivery"), "{life:?}");
+    let mut cycles = Vec::new();
+    for parent in &parents {
+        if let Some(c) = first_cycle(&lib.graph_below(parent)) {
+            cycles.push(format!("{}: {}", parent.join("/"), c.join(" -> ")));
         }
     }
+    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+}
+
+#[test]
+fn the_consumer_finds_work_and_meters_it_apart_from_a_deliverys_life() {
+    let g = library().graph_below(&path("consumer"));
+    let wing = |w: &str| -> BTreeSet<&str> {
+        g[w].iter()
+            .map(String::as_str)
+            .filter(|m| ["discovery", "flow", "life"].contains(m))
+            .collect()
+    };
+    assert_eq!(
+        wing("discovery"),
+        BTreeSet::new(),
+        "discovery imports {g:?}"
+    );
+    assert_eq!(wing("flow"), BTreeSet::new(), "flow imports {g:?}");
+    assert_eq!(wing("life"), BTreeSet::from(["discovery", "flow"]), "{g:?}");
 }

@@ -1,6 +1,6 @@
 //! Where work is due: the slots a pop would find work in now, and when
 //! the others' first work falls due, by one reading of every slot's firsts.
-//! Taking by hand (`Topic::take`) and on demand (`consumer/on_demand/`)
+//! Taking by hand (`Topic::take`) and on demand (`consumer/life/on_demand/`)
 //! call only the slots with work.
 
 use crate::error::Result;

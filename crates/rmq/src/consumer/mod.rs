@@ -1,48 +1,40 @@
 //! Consuming: a [`Stream`] of [`Delivery`]s ([`ConsumerBuilder::stream`]) or
 //! a handler run with a chosen concurrency ([`ConsumerBuilder::run`]).
 //!
-//! Three background duties serve a consumer, one file each: the fetch loop
-//! (`fetcher.rs`, phase one, with `pop.rs` making deliveries of pop replies), the settler (`settler.rs`, phase two, batched)
-//! and the wake-up listener (`wake.rs`), with, for a parallel consumer on a
-//! single node, the marks waiter (`marks.rs`: Redis hands each new head to
-//! one waiting consumer, not to all); what they share is in `shared.rs`
-//! and the schedule of slots in `schedule.rs`. A [`Delivery`] ends one
-//! message (`delivery.rs`); the handler API is `runner.rs`; taking by hand
-//! (tools, tests) is `take.rs`. Serial mode's ownership, leases and claims
-//! live in `crate::group`, which knows nothing of this module. Idle, a
-//! consumer sleeps until the earliest due time it knows of, a notice of a
-//! new message, or a rescan (every 5 s by default): a handful of Redis calls
-//! a second at most.
+//! The wing has three parts, each deciding one thing, and imports go one
+//! way only: `life` uses `flow` and `discovery`, `flow` and `discovery`
+//! use neither (`tests/layering.rs` fails on a circle at any level):
+//! - `discovery/`: **where work is** and when to look again: the schedule
+//!   of slots, the head index, the wake-up notices, the marks (Redis hands
+//!   each new head to one waiting consumer, not to all) or slot affinity
+//!   on a cluster, and the pop call whose reply tells a slot's new head;
+//! - `flow/`: **how much to take**: the consumer's own room, a pool's gate
+//!   and its adaptive limiter, a lifetime budget, the topic's rate limit
+//!   and in-flight cap;
+//! - `life/`: **a delivery from pop to settle**: the fetch loop (phase
+//!   one), the [`Delivery`] and its settler (phase two, batched, whose
+//!   calls may take the next messages), the handler API (`run`), and
+//!   taking by hand (a tool's `take`, receipts, HTTP's on-demand engine,
+//!   a remote serial member).
+//!
+//! This file configures a consumer and `wiring.rs` starts its parts;
+//! `pool.rs` runs one consumer per topic behind a shared pool. Serial
+//! mode's ownership, leases and claims live in `crate::group`, which
+//! knows nothing of this module. Idle, a consumer sleeps until the
+//! earliest due time it knows of, a notice of a new message, or a rescan
+//! (every 5 s by default): a handful of Redis calls a second at most.
 //!
 //! Shutdown takes two steps: cancel the token and the consumer stops taking
 //! messages; `run` then waits up to the grace period for running handlers
 //! and releases (gives back, uncounted) whatever did not start or finish.
 
-mod affinity;
-mod budget;
-mod chain;
-mod delivery;
-mod fetcher;
-mod heads;
-mod inflight;
-mod limiter;
-mod marks;
-mod on_demand;
+mod discovery;
+mod flow;
+mod life;
 mod pool;
-mod pop;
-mod rate;
-mod receipt;
-mod room;
-mod runner;
-mod schedule;
-mod serial_member;
-mod settler;
-mod shared;
-mod take;
-mod wake;
 mod wiring;
 
-pub(crate) use shared::Shared;
+pub(crate) use discovery::Shared;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -53,12 +45,12 @@ use futures::Stream;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-pub use delivery::{Delivery, LeaseLost};
-pub use on_demand::OnDemand;
-pub use pool::{Pool, PoolDeliveries, PoolLimits, Share, TopicLimit};
-pub use receipt::{Ending, Receipt, ReceiptKey};
-pub use runner::{Outcome, RunReport};
-pub use serial_member::SerialMember;
+pub use flow::{PoolLimits, Share, TopicLimit};
+pub use life::{Delivery, LeaseLost};
+pub use life::{Ending, Receipt, ReceiptKey};
+pub use life::{OnDemand, SerialMember};
+pub use life::{Outcome, RunReport};
+pub use pool::{Pool, PoolDeliveries};
 
 use crate::group::{validate_group, Coordinator, SerialConfig};
 use crate::topic::Topic;
@@ -83,11 +75,11 @@ pub struct ConsumerBuilder {
     coordinator: Option<Arc<dyn Coordinator>>,
     take_on_settle: bool,
     /// In a [`Pool`]: the topic's gate (its share of the pool).
-    gate: Option<Arc<pool::Gate>>,
+    gate: Option<Arc<flow::Gate>>,
     /// In a [`Pool`]: the pool's slots, shared by its topics.
     pool: Option<Arc<Semaphore>>,
     /// [`ConsumerBuilder::max_deliveries`] (in a pool: shared by its topics).
-    budget: Option<Arc<budget::Budget>>,
+    budget: Option<Arc<flow::Budget>>,
 }
 
 impl std::fmt::Debug for dyn Coordinator {
@@ -160,7 +152,7 @@ impl ConsumerBuilder {
     /// they are handled): never one more than that, so a run that wants
     /// `n` messages moves no other. Taking on settle is off under it.
     pub fn max_deliveries(mut self, n: u64) -> Self {
-        self.budget = Some(budget::Budget::new(n));
+        self.budget = Some(flow::Budget::new(n));
         self
     }
 
@@ -246,11 +238,8 @@ impl ConsumerBuilder {
         let (tx, rx) = mpsc::channel(self.concurrency);
         let stop = cancel.child_token();
         let chain = self.chain(&shared, &tx, &stop);
-        let settler = settler::Settler::spawn_with(
-            self.topic.clone(),
-            inflight::Permits::new(&self.topic),
-            chain,
-        );
+        let settler =
+            life::Settler::spawn_with(self.topic.clone(), flow::Permits::new(&self.topic), chain);
         let settles = settler.load();
         let affinity = finding.spawn(&self.topic, &shared, &member, &stop);
         self.spawn_fetcher(&shared, settler, permits, tx, &stop);
@@ -288,7 +277,7 @@ pub struct Deliveries {
     affinity: Option<tokio::task::JoinHandle<()>>,
     shared: Arc<Shared>,
     /// The settling task's work in hand, waited for on close.
-    settles: Arc<settler::Load>,
+    settles: Arc<life::Load>,
 }
 
 impl Deliveries {

@@ -9,8 +9,11 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::settler::Settler;
-use super::{affinity, chain, fetcher, marks, room, wake, ConsumerBuilder, Delivery, Shared};
+use super::discovery::{affinity, marks, wake};
+use super::flow::room;
+use super::life::delivery::settler::{chain, Settler};
+use super::life::fetcher;
+use super::{ConsumerBuilder, Delivery, Shared};
 use crate::group::{keep_leases, RedisCoordinator};
 use crate::topic::Topic;
 

@@ -38,6 +38,17 @@ pub(crate) enum Sharing<'a> {
     PerMaster(&'a ClusterLayout),
 }
 
+impl Sharing<'_> {
+    /// The group whose shared call renews `lease` (None: it goes alone).
+    fn group_of(self, lease: &str) -> Option<u16> {
+        match self {
+            Sharing::None => None,
+            Sharing::OneNode => Some(0),
+            Sharing::PerMaster(layout) => layout.master_of(cluster_hash_slot(lease.as_bytes())),
+        }
+    }
+}
+
 /// Where a plan's answer is in the replies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Source {
@@ -101,14 +112,7 @@ impl LeaseCalls {
         for (i, &(slot, plan)) in plans.iter().enumerate() {
             if let Plan::Renew(epoch) = plan {
                 let [.., lease] = slot_keys(slot);
-                let group = match sharing {
-                    Sharing::None => None,
-                    Sharing::OneNode => Some(0),
-                    Sharing::PerMaster(layout) => {
-                        layout.master_of(cluster_hash_slot(lease.as_bytes()))
-                    }
-                };
-                if let Some(g) = group {
+                if let Some(g) = sharing.group_of(&lease) {
                     groups.entry(g).or_default().push((i, lease, epoch));
                     continue;
                 }
@@ -133,35 +137,41 @@ impl LeaseCalls {
         let on_cluster = matches!(sharing, Sharing::PerMaster(_));
         let mut groups: Vec<_> = groups.into_values().collect();
         groups.sort_by_key(|g| g.first().map(|(i, ..)| *i));
-        let mut batches = Vec::new();
-        for chunk in groups.iter().flat_map(|g| g.chunks(RENEW_CHUNK)) {
-            let b = batches.len();
-            for (p, (i, ..)) in chunk.iter().enumerate() {
-                sources[*i] = Source::Batched(b, p);
-            }
-            let leases = chunk.iter().map(|(_, l, _)| l.clone()).collect();
-            let epochs: Vec<u64> = chunk.iter().map(|(.., e)| *e).collect();
-            calls.push(
-                RenewRequest {
-                    leases,
-                    epochs: &epochs,
-                    owner: member,
-                    ttl_ms,
-                    on_cluster,
-                }
-                .call(),
-            );
-            batches.push(Batch {
-                call: calls.len() - 1,
-                epochs,
-            });
-        }
-        LeaseCalls {
+        let mut out = LeaseCalls {
             calls,
             sources,
-            batches,
+            batches: Vec::new(),
             on_cluster,
+        };
+        for chunk in groups.iter().flat_map(|g| g.chunks(RENEW_CHUNK)) {
+            out.push_batch(chunk, member, ttl_ms);
         }
+        out
+    }
+
+    /// One shared renewal call for `chunk` (plan position, lease key,
+    /// epoch), each of its plans answered from it.
+    fn push_batch(&mut self, chunk: &[(usize, String, u64)], member: &str, ttl_ms: u64) {
+        let b = self.batches.len();
+        for (p, (i, ..)) in chunk.iter().enumerate() {
+            self.sources[*i] = Source::Batched(b, p);
+        }
+        let leases = chunk.iter().map(|(_, l, _)| l.clone()).collect();
+        let epochs: Vec<u64> = chunk.iter().map(|(.., e)| *e).collect();
+        self.calls.push(
+            RenewRequest {
+                leases,
+                epochs: &epochs,
+                owner: member,
+                ttl_ms,
+                on_cluster: self.on_cluster,
+            }
+            .call(),
+        );
+        self.batches.push(Batch {
+            call: self.calls.len() - 1,
+            epochs,
+        });
     }
 
     /// The error of a shared renewal that failed as a whole (e.g.

@@ -106,15 +106,7 @@ impl SettleRequest<'_> {
         let (jitter, slot) = (super::jitter(), self.slot.to_string());
         let (owner, epoch) = super::fence_args(self.fence);
         let letters: Vec<u8> = self.ops.iter().map(|(_, op)| op.code()).collect();
-        let nums: Vec<String> = self
-            .ops
-            .iter()
-            .map(|(_, op)| match op {
-                Op::Nack { delay_ms, .. } => delay_ms.to_string(),
-                Op::Extend { ms } => ms.to_string(),
-                _ => String::new(),
-            })
-            .collect();
+        let nums = self.numbers();
         let count = self.take.map(|n| n.to_string()).unwrap_or_default();
         // In the order of `ARGV` or `TAKE_ARGV` (the headers'; a test holds
         // them together): settle's first eleven...
@@ -146,8 +138,32 @@ impl SettleRequest<'_> {
                 ARGV.len()
             }
         );
-        // Each operation's args, as settle.lua reads them.
-        for ((id, op), num) in self.ops.iter().zip(&nums) {
+        self.push_operations(&mut args, &nums);
+        let id = if self.take.is_some() {
+            ScriptId::SettleTake
+        } else {
+            ScriptId::Settle
+        };
+        (id, super::call(id, self.keys, &args))
+    }
+
+    /// Each operation's number as text (a nack's delay, an extension's
+    /// lease), empty for the others.
+    fn numbers(&self) -> Vec<String> {
+        self.ops
+            .iter()
+            .map(|(_, op)| match op {
+                Op::Nack { delay_ms, .. } => delay_ms.to_string(),
+                Op::Extend { ms } => ms.to_string(),
+                _ => String::new(),
+            })
+            .collect()
+    }
+
+    /// Each operation's args, as settle.lua reads them (`nums`: from
+    /// [`numbers`](Self::numbers)).
+    fn push_operations<'b>(&'b self, args: &mut Vec<&'b [u8]>, nums: &'b [String]) {
+        for ((id, op), num) in self.ops.iter().zip(nums) {
             args.push(id);
             match op {
                 Op::Nack { error, .. } => {
@@ -159,12 +175,6 @@ impl SettleRequest<'_> {
                 Op::Ack | Op::Release => {}
             }
         }
-        let id = if self.take.is_some() {
-            ScriptId::SettleTake
-        } else {
-            ScriptId::Settle
-        };
-        (id, super::call(id, self.keys, &args))
     }
 }
 

@@ -34,43 +34,60 @@ impl Routing {
                 };
             }
         };
-        let redirect = e
-            .redirect_node()
-            .and_then(|(addr, hs)| Some((NodeAddr::of_redirect(addr, sent_to)?, hs)));
-        if let Some((addr, hs)) = redirect {
-            t.redirects += 1;
-            let pause = t.redirects > REDIRECTS_WITHOUT_PAUSE;
-            match e.kind() {
-                redis::ErrorKind::Server(redis::ServerErrorKind::Ask) => {
-                    t.ask = Some(Arc::new(addr))
-                }
-                _ => {
-                    self.lock_map().moved(hs, addr);
-                    *must_refresh = true;
-                }
-            }
+        if let Some(again) = self.redirected(t, &e, sent_to, must_refresh) {
             t.last_error = Some(e);
-            return Outcome::Again { pause };
+            return again;
         }
         // A reply error: the call ran (and failed) unless the reply says
         // it did not run at all.
         if retry_through_failover(&e, false) {
-            if matches!(
-                e.kind(),
-                redis::ErrorKind::Server(
-                    redis::ServerErrorKind::ClusterDown
-                        | redis::ServerErrorKind::MasterDown
-                        | redis::ServerErrorKind::ReadOnly
-                        // A redirect this code could not read.
-                        | redis::ServerErrorKind::Moved
-                        | redis::ServerErrorKind::Ask
-                )
-            ) {
-                *must_refresh = true;
-            }
+            *must_refresh |= layout_changed(&e);
             t.last_error = Some(e);
             return Outcome::Again { pause: true };
         }
         Outcome::Done(Err(e), None)
     }
+
+    /// A redirect: the try goes again, to the node an ASK names for this
+    /// try only, or after a MOVED to the node the slot map now says (and
+    /// the map is asked again). Paused once a call was redirected too
+    /// often. None: not a redirect this code can read.
+    fn redirected(
+        &self,
+        t: &mut Try,
+        e: &RedisError,
+        sent_to: &NodeAddr,
+        must_refresh: &mut bool,
+    ) -> Option<Outcome> {
+        let (addr, hs) = e
+            .redirect_node()
+            .and_then(|(addr, hs)| Some((NodeAddr::of_redirect(addr, sent_to)?, hs)))?;
+        t.redirects += 1;
+        match e.kind() {
+            redis::ErrorKind::Server(redis::ServerErrorKind::Ask) => t.ask = Some(Arc::new(addr)),
+            _ => {
+                self.lock_map().moved(hs, addr);
+                *must_refresh = true;
+            }
+        }
+        Some(Outcome::Again {
+            pause: t.redirects > REDIRECTS_WITHOUT_PAUSE,
+        })
+    }
+}
+
+/// Whether an error that did not let the call run says the cluster's
+/// layout changed (a failover, a node down, a redirect this code could not
+/// read): then the slot map is asked again.
+fn layout_changed(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(
+            redis::ServerErrorKind::ClusterDown
+                | redis::ServerErrorKind::MasterDown
+                | redis::ServerErrorKind::ReadOnly
+                | redis::ServerErrorKind::Moved
+                | redis::ServerErrorKind::Ask
+        )
+    )
 }
