@@ -32,10 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use rmq::{CancellationToken, Delivery};
-use serde::Serialize;
-use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -44,6 +41,8 @@ use crate::reaper::Reaper;
 use crate::{connect, CliError, CliResult, Global};
 
 mod args;
+mod dispatch;
+mod ended;
 mod exec;
 mod printed;
 mod source;
@@ -51,10 +50,11 @@ mod verdict;
 mod worker;
 pub use args::ConsumeArgs;
 use args::{check_handler_flags, check_shares};
+use dispatch::{Dispatch, Signals};
+use ended::{report_outcome, Ended, Report};
 use exec::handle_exec;
-use printed::handle_printed;
 use verdict::{ack, nack, release};
-use worker::{handle_worker, Workers};
+use worker::Workers;
 
 /// Deliveries printed with one write at most.
 const PRINT_BATCH: usize = 1_000;
@@ -84,6 +84,30 @@ struct Ctx {
 }
 
 impl Ctx {
+    fn new(
+        a: &ConsumeArgs,
+        out: Out,
+        topics: &[rmq::Topic],
+        finisher: Option<rmq_store::Finisher>,
+        stop: CancellationToken,
+    ) -> Ctx {
+        Ctx {
+            out,
+            topics: topics
+                .iter()
+                .map(|t| (t.name().to_string(), t.clone()))
+                .collect(),
+            handler_timeout: a.timeout.map(Duration::from_millis),
+            exec: a.exec.clone(),
+            reaper: (a.exec.is_some() || a.worker.is_some()).then(Reaper::start),
+            fail: a.fail,
+            kill: CancellationToken::new(),
+            stop,
+            stdout_closed: AtomicBool::new(false),
+            finisher,
+        }
+    }
+
     /// The lease of a topic's deliveries (30 s for a topic not known).
     fn lease_of(&self, topic: &str) -> Duration {
         self.topics.get(topic).map_or(Duration::from_secs(30), |t| {
@@ -99,64 +123,6 @@ impl Ctx {
             (ms > 0).then(|| Duration::from_millis(ms))
         })
     }
-}
-
-/// How one delivery ended.
-enum Ended {
-    Acked,
-    Retried,
-    Dead,
-    Released,
-    /// The message was cancelled in flight: its nack or dead ended it.
-    Cancelled,
-    /// The settle call failed: the message comes back after its lease.
-    Failed,
-}
-
-#[derive(Default)]
-struct Report {
-    acked: u64,
-    retried: u64,
-    dead: u64,
-    released: u64,
-    cancelled: u64,
-    failed: u64,
-}
-
-impl Report {
-    fn count(&mut self, r: Result<Vec<Ended>, tokio::task::JoinError>) {
-        let Ok(ends) = r else {
-            self.failed += 1;
-            return;
-        };
-        for e in ends {
-            match e {
-                Ended::Acked => self.acked += 1,
-                Ended::Retried => self.retried += 1,
-                Ended::Dead => self.dead += 1,
-                Ended::Released => self.released += 1,
-                Ended::Cancelled => self.cancelled += 1,
-                Ended::Failed => self.failed += 1,
-            }
-        }
-    }
-
-    fn ended(&self) -> u64 {
-        self.acked + self.retried + self.dead + self.cancelled + self.failed
-    }
-}
-
-/// How an `--exec` delivery ended, as printed.
-#[derive(Serialize)]
-struct OutcomeJson<'a> {
-    key: String,
-    slot: u32,
-    attempt: u32,
-    /// When it was taken (Unix ms, server clock).
-    taken_ms: i64,
-    outcome: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a str>,
 }
 
 pub async fn run(g: &Global, mut a: ConsumeArgs) -> CliResult {
@@ -176,38 +142,10 @@ pub async fn run(g: &Global, mut a: ConsumeArgs) -> CliResult {
     for name in &names {
         topics.push(client.topic(name).await?);
     }
-    let mut sigint = signal(SignalKind::interrupt())
-        .map_err(|e| CliError::runtime(format!("cannot listen for SIGINT: {e}")))?;
-    let mut sigterm = signal(SignalKind::terminate())
-        .map_err(|e| CliError::runtime(format!("cannot listen for SIGTERM: {e}")))?;
-    // A closed terminal or SSH session: stop like on SIGTERM.
-    let mut sighup = signal(SignalKind::hangup())
-        .map_err(|e| CliError::runtime(format!("cannot listen for SIGHUP: {e}")))?;
-
-    let finisher = match &a.store_pg {
-        Some(url) => Some(
-            rmq_store::Finisher::connect(url)
-                .await
-                .map_err(|e| CliError::runtime(e.to_string()))?,
-        ),
-        None => None,
-    };
+    let mut signals = Signals::listen()?;
+    let finisher = finisher_of(&a).await?;
     let cancel = CancellationToken::new();
-    let ctx = Arc::new(Ctx {
-        out,
-        topics: topics
-            .iter()
-            .map(|t| (t.name().to_string(), t.clone()))
-            .collect(),
-        handler_timeout: a.timeout.map(Duration::from_millis),
-        exec: a.exec.clone(),
-        reaper: (a.exec.is_some() || a.worker.is_some()).then(Reaper::start),
-        fail: a.fail,
-        kill: CancellationToken::new(),
-        stop: cancel.clone(),
-        stdout_closed: AtomicBool::new(false),
-        finisher,
-    });
+    let ctx = Arc::new(Ctx::new(&a, out, &topics, finisher, cancel.clone()));
     let coordinator = crate::coordinator::open(
         a.serial,
         &a.coordinator,
@@ -215,126 +153,25 @@ pub async fn run(g: &Global, mut a: ConsumeArgs) -> CliResult {
         Duration::from_millis(a.coordinator_wait.unwrap_or(a.member_timeout)),
     )
     .await?;
-    let mut stream = source::Source::start(&a, topics, coordinator, cancel.clone());
-    let workers = a
-        .worker
-        .as_deref()
-        .map(|cmd| Arc::new(Workers::start(cmd, usize::from(a.workers), &ctx)));
-    // Each task ends one delivery (--exec) or one printed batch.
-    let mut tasks: JoinSet<Vec<Ended>> = JoinSet::new();
-    let mut report = Report::default();
-    let mut started = 0u64;
-    let idle = a.idle_exit.map(Duration::from_millis);
-    let mut idle_deadline = Instant::now() + idle.unwrap_or_default();
-    if a.max == Some(0) {
-        cancel.cancel();
-    }
-
-    loop {
-        let idle_armed = idle.is_some() && tasks.is_empty() && !cancel.is_cancelled();
-        tokio::select! {
-            d = stream.next() => match d {
-                Some(d) if cancel.is_cancelled() => {
-                    report.count(Ok(vec![release(d).await]));
-                }
-                Some(d) => {
-                    started += 1;
-                    if let Some(w) = workers.clone() {
-                        let ctx = ctx.clone();
-                        tasks.spawn(async move { vec![handle_worker(&ctx, d, &w).await] });
-                    } else if let Some(cmd) = ctx.exec.clone() {
-                        let ctx = ctx.clone();
-                        tasks.spawn(async move { vec![handle(ctx, d, cmd).await] });
-                    } else {
-                        // Printing: what the consumer has handed out already
-                        // goes in one write and one flush (then its acks).
-                        let mut batch = vec![d];
-                        while batch.len() < PRINT_BATCH && a.max.is_none_or(|m| started < m) {
-                            match stream.next().now_or_never() {
-                                Some(Some(d)) => {
-                                    started += 1;
-                                    batch.push(d);
-                                }
-                                _ => break,
-                            }
-                        }
-                        tasks.spawn(handle_printed(ctx.clone(), batch));
-                    }
-                    if a.max.is_some_and(|m| started >= m) {
-                        cancel.cancel();
-                    }
-                }
-                None => break,
-            },
-            Some(r) = tasks.join_next(), if !tasks.is_empty() => {
-                report.count(r);
-                if let Some(i) = idle {
-                    idle_deadline = Instant::now() + i;
-                }
-            }
-            () = tokio::time::sleep_until(idle_deadline), if idle_armed => {
-                tracing::info!("idle for {} ms: stopping", a.idle_exit.unwrap_or(0));
-                cancel.cancel();
-            }
-            _ = sigint.recv() => stop_now(&cancel, &ctx.kill),
-            _ = sigterm.recv() => stop_now(&cancel, &ctx.kill),
-            _ = sighup.recv() => stop_now(&cancel, &ctx.kill),
-        }
-    }
-    // Taking has stopped and everything taken has been handed out: wait for
-    // the running handlers.
-    while !tasks.is_empty() {
-        tokio::select! {
-            Some(r) = tasks.join_next() => report.count(r),
-            _ = sigint.recv() => stop_now(&cancel, &ctx.kill),
-            _ = sigterm.recv() => stop_now(&cancel, &ctx.kill),
-            _ = sighup.recv() => stop_now(&cancel, &ctx.kill),
-        }
-    }
-    // Every delivery has ended: nothing holds a worker now.
-    if let Some(w) = workers.and_then(Arc::into_inner) {
-        w.stop().await;
-    }
-    let pool_limits = stream.limits();
-    // Serial mode: release the slot leases so other members take over at once.
-    stream.close().await;
-    // The store hears of every ack and dead letter before we exit (or
-    // gives up after 10 s: PostgreSQL down; those rows stay queued).
-    if let Some(f) = &ctx.finisher {
-        if tokio::time::timeout(Duration::from_secs(10), f.flush())
-            .await
-            .is_err()
-        {
-            output::warn_line(
-                "the message store did not take the last acks within 10 s; their rows stay queued",
-            );
-        }
-    }
-
+    let mut dispatch = Dispatch {
+        stream: source::Source::start(&a, topics, coordinator, cancel.clone()),
+        workers: a
+            .worker
+            .as_deref()
+            .map(|cmd| Arc::new(Workers::start(cmd, usize::from(a.workers), &ctx))),
+        ctx: ctx.clone(),
+        cancel,
+        max: a.max,
+        idle: a.idle_exit.map(Duration::from_millis),
+        tasks: JoinSet::new(),
+        report: Report::default(),
+        started: 0,
+    };
+    dispatch.run(&mut signals).await;
+    let (report, pool_limits) = dispatch.close().await;
+    flush_store(&ctx).await;
     if !out.json {
-        let mut s = format!(
-            "consumed {}: acked {}, retried {}, dead {}",
-            report.ended(),
-            report.acked,
-            report.retried,
-            report.dead
-        );
-        if report.cancelled > 0 {
-            s.push_str(&format!(", cancelled {}", report.cancelled));
-        }
-        if report.released > 0 {
-            s.push_str(&format!(", released {} untouched", report.released));
-        }
-        if report.failed > 0 {
-            s.push_str(&format!(
-                ", {} not settled (they come back after their lease)",
-                report.failed
-            ));
-        }
-        if let Some(l) = pool_limits {
-            s.push_str(&format!("; pool limits at the end: {l}"));
-        }
-        output::note(&s);
+        output::note(&report.summary(pool_limits));
     }
     if ctx.stdout_closed.load(Ordering::Relaxed) {
         return Err(CliError::quiet());
@@ -342,12 +179,31 @@ pub async fn run(g: &Global, mut a: ConsumeArgs) -> CliResult {
     Ok(())
 }
 
-fn stop_now(cancel: &CancellationToken, kill: &CancellationToken) {
-    if !cancel.is_cancelled() {
-        tracing::info!("signal received: stopping");
+/// `--store-pg`: where acks and dead letters are reported.
+async fn finisher_of(a: &ConsumeArgs) -> CliResult<Option<rmq_store::Finisher>> {
+    let Some(url) = &a.store_pg else {
+        return Ok(None);
+    };
+    rmq_store::Finisher::connect(url)
+        .await
+        .map(Some)
+        .map_err(|e| CliError::runtime(e.to_string()))
+}
+
+/// The store hears of every ack and dead letter before `rmq` exits (or
+/// gives up after 10 s: PostgreSQL down; those rows stay queued).
+async fn flush_store(ctx: &Ctx) {
+    let Some(f) = &ctx.finisher else {
+        return;
+    };
+    if tokio::time::timeout(Duration::from_secs(10), f.flush())
+        .await
+        .is_err()
+    {
+        output::warn_line(
+            "the message store did not take the last acks within 10 s; their rows stay queued",
+        );
     }
-    cancel.cancel();
-    kill.cancel();
 }
 
 fn print(ctx: &Ctx, f: impl FnOnce(Out) -> CliResult) -> bool {
@@ -382,45 +238,4 @@ async fn forget(ctx: &Ctx, pid: Option<u32>) {
     if let (Some(r), Some(pid)) = (&ctx.reaper, pid) {
         r.forget(pid).await;
     }
-}
-
-impl Ended {
-    /// How it ended, as the `outcome` metric label says it.
-    fn label(&self) -> &'static str {
-        match self {
-            Ended::Acked => "acked",
-            Ended::Retried => "retried",
-            Ended::Dead => "dead",
-            Ended::Released => "released",
-            Ended::Cancelled => "cancelled",
-            Ended::Failed => "failed",
-        }
-    }
-}
-
-fn report_outcome(ctx: &Ctx, m: &rmq::Received, ended: &Ended, error: Option<&str>) {
-    let outcome = match ended {
-        Ended::Failed => "not settled",
-        e => e.label(),
-    };
-    print(ctx, |out| {
-        if out.json {
-            out.json(&OutcomeJson {
-                key: output::lossy(&m.key),
-                slot: m.slot,
-                attempt: m.attempt,
-                taken_ms: m.taken_ms,
-                outcome,
-                error,
-            })
-        } else {
-            let why = error.map(|e| format!(": {e}")).unwrap_or_default();
-            output::line(&format!(
-                "{outcome} {} (slot {}, attempt {}){why}",
-                output::cell(&m.key, 80),
-                m.slot,
-                m.attempt
-            ))
-        }
-    });
 }

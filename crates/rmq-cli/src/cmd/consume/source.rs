@@ -45,39 +45,7 @@ impl Source {
             }
             return Source::One(c.stream(cancel));
         }
-        let mut pool = Pool::new(topics.iter().cloned())
-            .concurrency(concurrency)
-            .adaptive(!a.no_adaptive);
-        for t in &topics {
-            let of = |list: &[(String, usize)]| {
-                list.iter()
-                    .rev()
-                    .find(|(name, _)| name == t.name())
-                    .map(|(_, n)| *n)
-            };
-            let d = Share::default();
-            pool = pool.share(
-                t.name(),
-                Share {
-                    weight: of(&a.share_weight)
-                        .map_or(d.weight, |w| u32::try_from(w).unwrap_or(u32::MAX)),
-                    min: of(&a.share_min).unwrap_or(d.min),
-                    max: of(&a.share_max).unwrap_or(d.max),
-                },
-            );
-        }
-        if a.serial {
-            pool = pool
-                .serial(a.group.clone())
-                .member_timeout(Duration::from_millis(a.member_timeout))
-                .slot_lease(Duration::from_millis(a.slot_lease));
-            if let Some(coordinator) = coordinator {
-                pool = pool.coordinator(coordinator);
-            }
-        }
-        if let Some(max) = a.max {
-            pool = pool.max_deliveries(max);
-        }
+        let pool = pool_of(a, &topics, coordinator);
         let limits = pool.limits();
         tokio::spawn(log_limits(limits.clone(), cancel.clone()));
         Source::Pool(pool.stream(cancel), limits)
@@ -105,6 +73,45 @@ impl Source {
             Source::Pool(_, l) => Some(describe(l)),
         }
     }
+}
+
+/// One pool over several topics: each topic's share from `--share-*`,
+/// serial mode and `--max` as for one topic.
+fn pool_of(a: &ConsumeArgs, topics: &[Topic], coordinator: Option<Arc<dyn Coordinator>>) -> Pool {
+    let mut pool = Pool::new(topics.iter().cloned())
+        .concurrency(usize::from(a.concurrency))
+        .adaptive(!a.no_adaptive);
+    for t in topics {
+        let of = |list: &[(String, usize)]| {
+            list.iter()
+                .rev()
+                .find(|(name, _)| name == t.name())
+                .map(|(_, n)| *n)
+        };
+        let d = Share::default();
+        pool = pool.share(
+            t.name(),
+            Share {
+                weight: of(&a.share_weight)
+                    .map_or(d.weight, |w| u32::try_from(w).unwrap_or(u32::MAX)),
+                min: of(&a.share_min).unwrap_or(d.min),
+                max: of(&a.share_max).unwrap_or(d.max),
+            },
+        );
+    }
+    if a.serial {
+        pool = pool
+            .serial(a.group.clone())
+            .member_timeout(Duration::from_millis(a.member_timeout))
+            .slot_lease(Duration::from_millis(a.slot_lease));
+        if let Some(coordinator) = coordinator {
+            pool = pool.coordinator(coordinator);
+        }
+    }
+    if let Some(max) = a.max {
+        pool = pool.max_deliveries(max);
+    }
+    pool
 }
 
 /// `fast 58 (40 running), slow 6 (6 running)`.

@@ -30,6 +30,82 @@ fn env_value(b: &[u8]) -> OsString {
 
 pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
     let m = d.message().clone();
+    let mut child = match command_for(&m, cmd).spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let error = format!("cannot run sh -c: {e}");
+            output::warn_line(&error);
+            return failed(ctx, d, &m, &error).await;
+        }
+    };
+    let pid = child.id();
+    if let (Some(r), Some(pid)) = (&ctx.reaper, pid) {
+        r.watch(pid).await;
+    }
+    feed(&mut child, m.payload.clone());
+    let outputs = Outputs::capture(&mut child, ctx.out.json);
+    let limit = ctx.handler_timeout_of(&m.topic);
+    let timed_out = past(limit);
+
+    let status = tokio::select! {
+        r = d.while_held(child.wait(), ctx.lease_of(&m.topic), true) => match r {
+            Ok(status) => status,
+            Err(LeaseLost) => {
+                // Serial mode: another member owns the slot now; stop at once.
+                stop_child(ctx, &mut child, pid, outputs).await;
+                output::warn_line(&format!("slot {} lease lost: handler stopped", m.slot));
+                return Ended::Failed;
+            }
+        },
+        () = ctx.kill.cancelled() => {
+            stop_child(ctx, &mut child, pid, outputs).await;
+            let ended = release(d).await;
+            report_outcome(ctx, &m, &ended, None);
+            return ended;
+        }
+        () = timed_out => {
+            stop_child(ctx, &mut child, pid, outputs).await;
+            let error = format!("timed out after {:?}", limit.unwrap_or_default());
+            output::warn_line(&format!("handler {error}: killed, its message is retried"));
+            return failed(ctx, d, &m, &error).await;
+        }
+    };
+    forget(ctx, pid).await;
+    let (last_line, stderr_tail) = outputs.collected().await;
+    let status = match status {
+        Ok(s) => s,
+        Err(e) => {
+            let error = format!("cannot wait for the command: {e}");
+            return failed(ctx, d, &m, &error).await;
+        }
+    };
+    let verdict = exit::verdict(status, last_line.as_deref(), &stderr_tail);
+    let (ended, error) = verdict.end(ctx, d).await;
+    report_outcome(ctx, &m, &ended, error.as_deref());
+    ended
+}
+
+/// Writes the payload to the handler's stdin, in the background (a
+/// command that does not read its stdin is fine).
+fn feed(child: &mut tokio::process::Child, payload: Vec<u8>) {
+    if let Some(mut stdin) = child.stdin.take() {
+        tokio::spawn(async move {
+            let _ = stdin.write_all(&payload).await;
+        });
+    }
+}
+
+/// Ends once `limit` has passed (never without one).
+async fn past(limit: Option<std::time::Duration>) {
+    match limit {
+        Some(limit) => tokio::time::sleep(limit).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// `sh -c CMD` for message `m`: its fields in `RMQ_*` variables, its
+/// stdio piped, in a process group of its own (killed whole).
+fn command_for(m: &rmq::Received, cmd: &str) -> tokio::process::Command {
     let mut command = reaper::shell();
     command
         .arg("-c")
@@ -53,101 +129,55 @@ pub(super) async fn handle_exec(ctx: &Ctx, d: Delivery, cmd: &str) -> Ended {
     if let Some(due) = m.due_ms {
         command.env("RMQ_DUE_MS", due.to_string());
     }
-    let mut child = match command.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            let error = format!("cannot run sh -c: {e}");
-            output::warn_line(&error);
-            return failed(ctx, d, &m, &error).await;
-        }
-    };
-    let pid = child.id();
-    if let (Some(r), Some(pid)) = (&ctx.reaper, pid) {
-        r.watch(pid).await;
-    }
-    if let Some(mut stdin) = child.stdin.take() {
-        let payload = m.payload.clone();
-        tokio::spawn(async move {
-            // A command that does not read its stdin is fine.
-            let _ = stdin.write_all(&payload).await;
-        });
-    }
-    // Keep stdout for rmq's JSON lines.
-    let sink = if ctx.out.json {
-        Sink::Stderr
-    } else {
-        Sink::Stdout
-    };
-    let stdout_task = child
-        .stdout
-        .take()
-        .map(|s| tokio::spawn(streams::copy_keeping_last_line(s, sink)));
-    let stderr_task = child
-        .stderr
-        .take()
-        .map(|s| tokio::spawn(streams::copy_keeping_tail(s)));
-    let limit = ctx.handler_timeout_of(&m.topic);
-    let timed_out = async {
-        match limit {
-            Some(limit) => tokio::time::sleep(limit).await,
-            None => std::future::pending().await,
-        }
-    };
+    command
+}
 
-    let status = tokio::select! {
-        r = d.while_held(child.wait(), ctx.lease_of(&m.topic), true) => match r {
-            Ok(status) => status,
-            Err(LeaseLost) => {
-                // Serial mode: another member owns the slot now; stop at once.
-                stop_child(ctx, &mut child, pid, stderr_task).await;
-                output::warn_line(&format!("slot {} lease lost: handler stopped", m.slot));
-                return Ended::Failed;
-            }
-        },
-        () = ctx.kill.cancelled() => {
-            stop_child(ctx, &mut child, pid, stderr_task).await;
-            let ended = release(d).await;
-            report_outcome(ctx, &m, &ended, None);
-            return ended;
+/// What a handler writes: its stdout copied through (to stderr under
+/// `--json`, whose stdout is rmq's JSON lines) with its last line kept, and
+/// the tail of its stderr.
+struct Outputs {
+    stdout: Option<tokio::task::JoinHandle<Option<String>>>,
+    stderr: Option<tokio::task::JoinHandle<String>>,
+}
+
+impl Outputs {
+    fn capture(child: &mut tokio::process::Child, json: bool) -> Outputs {
+        let sink = if json { Sink::Stderr } else { Sink::Stdout };
+        Outputs {
+            stdout: child
+                .stdout
+                .take()
+                .map(|s| tokio::spawn(streams::copy_keeping_last_line(s, sink))),
+            stderr: child
+                .stderr
+                .take()
+                .map(|s| tokio::spawn(streams::copy_keeping_tail(s))),
         }
-        () = timed_out => {
-            stop_child(ctx, &mut child, pid, stderr_task).await;
-            let error = format!("timed out after {:?}", limit.unwrap_or_default());
-            output::warn_line(&format!("handler {error}: killed, its message is retried"));
-            return failed(ctx, d, &m, &error).await;
-        }
-    };
-    forget(ctx, pid).await;
-    // What the handler wrote, once its streams close (a process it left
-    // behind may hold them open: not waited for past one linger, for both).
-    let linger = tokio::time::Instant::now() + STDERR_LINGER;
-    let last_line = match stdout_task {
-        Some(t) => tokio::time::timeout_at(linger, t)
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .flatten(),
-        None => None,
-    };
-    let stderr_tail = match stderr_task {
-        Some(t) => tokio::time::timeout_at(linger, t)
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default(),
-        None => String::new(),
-    };
-    let status = match status {
-        Ok(s) => s,
-        Err(e) => {
-            let error = format!("cannot wait for the command: {e}");
-            return failed(ctx, d, &m, &error).await;
-        }
-    };
-    let verdict = exit::verdict(status, last_line.as_deref(), &stderr_tail);
-    let (ended, error) = verdict.end(ctx, d).await;
-    report_outcome(ctx, &m, &ended, error.as_deref());
-    ended
+    }
+
+    /// Its last stdout line and stderr tail, once the streams close (a
+    /// process it left behind may hold them open: not waited for past one
+    /// linger, for both).
+    async fn collected(self) -> (Option<String>, String) {
+        let linger = tokio::time::Instant::now() + STDERR_LINGER;
+        let last_line = match self.stdout {
+            Some(t) => tokio::time::timeout_at(linger, t)
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .flatten(),
+            None => None,
+        };
+        let stderr_tail = match self.stderr {
+            Some(t) => tokio::time::timeout_at(linger, t)
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default(),
+            None => String::new(),
+        };
+        (last_line, stderr_tail)
+    }
 }
 
 /// Ends `d` as a failure (retried after the backoff) and reports it.
@@ -163,14 +193,14 @@ async fn stop_child(
     ctx: &Ctx,
     child: &mut tokio::process::Child,
     pid: Option<u32>,
-    stderr_task: Option<tokio::task::JoinHandle<String>>,
+    outputs: Outputs,
 ) {
     if let Some(pid) = pid {
         reaper::kill_group(pid).await;
     }
     let _ = child.start_kill();
     let _ = child.wait().await;
-    if let Some(t) = stderr_task {
+    if let Some(t) = outputs.stderr {
         t.abort();
     }
     forget(ctx, pid).await;

@@ -168,31 +168,15 @@ async fn run_once(
     ctx: &Ctx,
     inbox: &mut mpsc::UnboundedReceiver<Request>,
 ) -> Ended {
-    let mut command = reaper::shell();
-    command
-        .arg("-c")
-        .arg(cmd)
-        .env("RMQ_WORKER", number.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = match command.spawn() {
-        Ok(c) => c,
-        Err(e) => return Ended::Restart(format!("could not start (sh -c: {e})")),
+    let Started {
+        mut child,
+        pid,
+        mut stdin,
+        mut stdout,
+    } = match start(number, cmd, ctx).await {
+        Ok(started) => started,
+        Err(why) => return Ended::Restart(why),
     };
-    let pid = child.id();
-    if let (Some(r), Some(pid)) = (&ctx.reaper, pid) {
-        r.watch(pid).await;
-    }
-    let (Some(mut stdin), Some(stdout), Some(stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
-        return Ended::Restart("has no pipes".into());
-    };
-    tokio::spawn(prefix_stderr(number, stderr));
-    let mut stdout = BufReader::new(stdout);
     let mut pending: HashMap<String, oneshot::Sender<Answer>> = HashMap::new();
     let mut line = Vec::new();
     let mut killed: Option<oneshot::Sender<()>> = None;
@@ -217,27 +201,116 @@ async fn run_once(
             // in `line`, and the next read goes on from there.)
             read = stdout.read_until(b'\n', &mut line) => match read {
                 Ok(0) | Err(_) => break Ended::Restart(exited(&mut child).await),
-                Ok(_) => match lines::result(&std::mem::take(&mut line)) {
-                    Ok(None) => {}
-                    Ok(Some((id, verdict))) => match pending.remove(&id) {
-                        Some(reply) => {
-                            let _ = reply.send(Ok(verdict));
-                        }
-                        // Late (its delivery timed out) or made up.
-                        None => output::warn_line(&format!(
-                            "worker {number} answered id {id:?}, which it does not hold: ignored"
-                        )),
-                    },
-                    Err(e) => break Ended::Restart(format!(
-                        "wrote a line that is not a result ({e}): restarted (write logs to stderr)"
-                    )),
-                },
+                Ok(_) => {
+                    if let Err(why) = answer(number, &std::mem::take(&mut line), &mut pending) {
+                        break Ended::Restart(why);
+                    }
+                }
             },
         }
     };
     // Closing stdin first lets a worker that reads to the end exit by
     // itself; its group is killed either way.
     drop(stdin);
+    put_down(ctx, &mut child, pid, killed).await;
+    fail_held(number, &ended, pending);
+    ended
+}
+
+/// Each delivery the worker still held fails, saying how it ended.
+fn fail_held(number: usize, ended: &Ended, held: HashMap<String, oneshot::Sender<Answer>>) {
+    let why = match ended {
+        Ended::Restart(why) => format!("worker {number} {why}"),
+        Ended::Closed => format!("worker {number} stopped"),
+    };
+    for (_, reply) in held {
+        let _ = reply.send(Err(why.clone()));
+    }
+}
+
+/// A worker process started: its stdin and stdout (its stderr goes to
+/// rmq's, each line prefixed), watched by the reaper.
+struct Started {
+    child: tokio::process::Child,
+    pid: Option<u32>,
+    stdin: tokio::process::ChildStdin,
+    stdout: BufReader<tokio::process::ChildStdout>,
+}
+
+/// Starts worker `number`; Err says why it could not.
+async fn start(number: usize, cmd: &str, ctx: &Ctx) -> Result<Started, String> {
+    let mut child = worker_command(number, cmd)
+        .spawn()
+        .map_err(|e| format!("could not start (sh -c: {e})"))?;
+    let pid = child.id();
+    if let (Some(r), Some(pid)) = (&ctx.reaper, pid) {
+        r.watch(pid).await;
+    }
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err("has no pipes".into());
+    };
+    tokio::spawn(prefix_stderr(number, stderr));
+    Ok(Started {
+        child,
+        pid,
+        stdin,
+        stdout: BufReader::new(stdout),
+    })
+}
+
+/// `sh -c CMD` for worker `number` (`RMQ_WORKER`), its stdio piped, in
+/// a process group of its own (killed whole).
+fn worker_command(number: usize, cmd: &str) -> tokio::process::Command {
+    let mut command = reaper::shell();
+    command
+        .arg("-c")
+        .arg(cmd)
+        .env("RMQ_WORKER", number.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    command
+}
+
+/// Hands a result line to the delivery it answers; Err (why the worker
+/// is restarted) for a line that is not a result.
+fn answer(
+    number: usize,
+    line: &[u8],
+    pending: &mut HashMap<String, oneshot::Sender<Answer>>,
+) -> Result<(), String> {
+    match lines::result(line) {
+        Ok(None) => {}
+        Ok(Some((id, verdict))) => match pending.remove(&id) {
+            Some(reply) => {
+                let _ = reply.send(Ok(verdict));
+            }
+            // Late (its delivery timed out) or made up.
+            None => output::warn_line(&format!(
+                "worker {number} answered id {id:?}, which it does not hold: ignored"
+            )),
+        },
+        Err(e) => {
+            return Err(format!(
+                "wrote a line that is not a result ({e}): restarted (write logs to stderr)"
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// Kills the worker's whole process group and reaps it, then tells who
+/// asked for the kill (`killed`).
+async fn put_down(
+    ctx: &Ctx,
+    child: &mut tokio::process::Child,
+    pid: Option<u32>,
+    killed: Option<oneshot::Sender<()>>,
+) {
     if let Some(pid) = pid {
         reaper::kill_group(pid).await;
     }
@@ -249,14 +322,6 @@ async fn run_once(
     if let (Some(r), Some(pid)) = (&ctx.reaper, pid) {
         r.forget(pid).await;
     }
-    let why = match &ended {
-        Ended::Restart(why) => format!("worker {number} {why}"),
-        Ended::Closed => format!("worker {number} stopped"),
-    };
-    for (_, reply) in pending.drain() {
-        let _ = reply.send(Err(why.clone()));
-    }
-    ended
 }
 
 /// How the worker ended, once its stdout closed.
