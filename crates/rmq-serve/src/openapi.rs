@@ -25,7 +25,7 @@ use crate::{api, error, panels};
         api::lookup, api::cancel_one, api::lookup_q, api::cancel_one_q, api::cancel_many,
         api::reschedule, api::reschedule_q, api::dead_list,
         api::dead_requeue, api::dead_purge, api::groups,
-        api::take, api::ack, api::nack, api::dead_by_receipt, api::extend,
+        api::take, api::ack, api::nack, api::dead_by_receipt, api::extend, api::release,
         panels::server, panels::overview, panels::history, panels::slots,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail)),
@@ -35,7 +35,7 @@ use crate::{api, error, panels};
         (name = "messages", description = "Send; look up, cancel and reschedule by key"),
         (name = "dead letters", description = "List, requeue and purge dead letters"),
         (name = "serial groups", description = "Who serves a topic in serial mode"),
-        (name = "consume", description = "Take due messages, then ack, nack, dead or extend them by receipt"),
+        (name = "consume", description = "Take due messages, then ack, nack, dead, extend or release them by receipt"),
         (name = "dashboard", description = "What the web dashboard reads"),
     )
 )]

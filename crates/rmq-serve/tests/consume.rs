@@ -1,5 +1,5 @@
 //! Consuming over HTTP against a real server and redis-server: take, then
-//! ack, nack, dead or extend by receipt. Every message is settled exactly
+//! ack, nack, dead, extend or release by receipt. Every message is settled exactly
 //! once however clients race, a receipt settles through another server
 //! instance, a receipt whose lease ran out changes nothing, a client that
 //! vanishes loses nothing, and bad receipts and bodies are refused with
@@ -165,6 +165,29 @@ async fn extend_keeps_a_delivery_past_its_first_lease() {
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert!(take(&s, 1, 300, None).await.is_empty(), "still in flight");
     assert_eq!(settle(&s, "ack", &[r], json!({})).await, ["acked"]);
+    assert_eq!(in_flight(&t).await, 0);
+}
+
+#[tokio::test]
+async fn release_gives_a_delivery_back_untouched_at_once() {
+    let (s, t) = with_topic(priority(1)).await;
+    t.send(Message::new("m").key("m")).await.unwrap();
+    let got = take(&s, 1, 0, Some(60_000)).await;
+    assert_eq!(got[0]["attempt"], 1, "{got:?}");
+    let r = &got[0]["receipt"];
+    assert_eq!(settle(&s, "release", &[r], json!({})).await, ["released"]);
+    // Due again at once (not after its lease), and no attempt counted.
+    let again = take(&s, 1, 0, None).await;
+    assert_eq!(again.len(), 1, "released, so taken again at once");
+    assert_eq!(
+        again[0]["attempt"], 1,
+        "a release counts no attempt: {again:?}"
+    );
+    assert_eq!(settle(&s, "release", &[r], json!({})).await, ["stale"]);
+    assert_eq!(
+        settle(&s, "ack", &[&again[0]["receipt"]], json!({})).await,
+        ["acked"]
+    );
     assert_eq!(in_flight(&t).await, 0);
 }
 

@@ -62,7 +62,7 @@ async fn the_server_keeps_every_promise_of_its_openapi_document() {
         .unwrap();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
-    assert_eq!(paths.len(), 24, "{paths:?}");
+    assert_eq!(paths.len(), 25, "{paths:?}");
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
     assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
 
@@ -105,5 +105,55 @@ async fn the_server_keeps_every_promise_of_its_openapi_document() {
     eprintln!(
         "{}",
         said.lines().rev().take(12).collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// Every type the document describes has a name of its own: utoipa names a
+/// schema after its Rust type, so two request bodies of the same name
+/// would show one shape for both (the dead letters' `{"key"|"all"}` once
+/// read as receipts).
+#[test]
+fn every_schema_in_the_document_names_one_type() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![src];
+    let mut seen: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    while let Some(p) = files.pop() {
+        if p.is_dir() {
+            files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        if p.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        let mut derives_schema = false;
+        for line in text.lines().map(str::trim) {
+            if line.starts_with("#[derive(") && line.contains("ToSchema") {
+                derives_schema = true;
+            } else if derives_schema && !line.starts_with('#') && !line.starts_with("///") {
+                let name = line
+                    .split_whitespace()
+                    .skip_while(|w| !matches!(*w, "struct" | "enum"))
+                    .nth(1)
+                    .map(|n| {
+                        n.trim_end_matches(['{', '(', ';'])
+                            .split('<')
+                            .next()
+                            .unwrap_or(n)
+                    });
+                if let Some(n) = name {
+                    seen.entry(n.to_string())
+                        .or_default()
+                        .push(p.display().to_string());
+                }
+                derives_schema = false;
+            }
+        }
+    }
+    assert!(seen.contains_key("TakeBody"), "schemas are read: {seen:?}");
+    let twice: Vec<_> = seen.iter().filter(|(_, at)| at.len() > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "schema names used by two types: {twice:?}"
     );
 }

@@ -1,5 +1,6 @@
 //! Consuming over HTTP: take due messages (long-polling), then settle each
-//! by its receipt: ack, nack, dead, extend. The same two phases, leases,
+//! by its receipt: ack, nack, dead, extend, or release (given back
+//! untouched: a client that stops gives back what it has not started). The same two phases, leases,
 //! retries and dead letters as the library, for a client in any language.
 //!
 //! A receipt is opaque text sealed with the prefix's receipt key (bound to
@@ -174,8 +175,18 @@ pub(crate) struct ExtendBody {
     lease_ms: u64,
 }
 
+/// Receipts to give back untouched: each is due again at once, and its
+/// attempt is not counted (a client that stops gives back what it took
+/// but has not started).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReleaseBody {
+    /// 1..=1000 receipts from take.
+    receipts: Vec<String>,
+}
+
 /// One answer per receipt, in order: `outcome` is `acked`, `retrying`,
-/// `dead`, `extended`, `superseded` (a duplicate sent while it was in
+/// `dead`, `extended`, `released`, `superseded` (a duplicate sent while it was in
 /// flight took its place), `cancelled`, `stale` (not the current delivery
 /// any more: its lease ran out, or it was settled already; nothing
 /// changed), `fenced` (serial mode: the slot moved on; nothing changed)
@@ -343,4 +354,27 @@ pub(crate) async fn extend(
     let b = body(b)?;
     let lease = lease_of(b.lease_ms)?;
     settle(&st, &name, b.receipts, Ending::Extend(lease)).await
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/topics/{topic}/release", tag = "consume",
+    summary = "Give deliveries back untouched by receipt: due again at once, no attempt counted",
+    params(("topic" = String, Path, description = "Topic name", example = "p")),
+    request_body = ReleaseBody, security(("bearer" = [])),
+    responses(
+        (status = 200, description = "One outcome per receipt, in order", body = Settlements),
+        (status = 400, description = "Bad input or a receipt not of this topic; nothing was settled", body = ErrorBody),
+        (status = 401, description = "The bearer token is missing or wrong", body = ErrorBody),
+        (status = 403, description = "This server is read-only", body = ErrorBody),
+        (status = 404, description = "No such topic", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
+pub(crate) async fn release(
+    State(st): St,
+    Path(name): Path<String>,
+    b: Result<Json<ReleaseBody>, JsonRejection>,
+) -> ApiResult<Json<Settlements>> {
+    let b = body(b)?;
+    settle(&st, &name, b.receipts, Ending::Release).await
 }

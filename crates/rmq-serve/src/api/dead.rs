@@ -62,7 +62,7 @@ pub(crate) async fn dead_page(
 /// `{"older_than_ms": N}`.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct DeadBody {
+pub(crate) struct DeadSelectionBody {
     key: Option<String>,
     key_base64: Option<String>,
     #[serde(default)]
@@ -70,7 +70,7 @@ pub(crate) struct DeadBody {
     older_than_ms: Option<u64>,
 }
 
-impl DeadBody {
+impl DeadSelectionBody {
     fn selection(self) -> ApiResult<DeadSelection> {
         let key = key_bytes(self.key, self.key_base64, false)?;
         match (key, self.all, self.older_than_ms) {
@@ -90,7 +90,7 @@ impl DeadBody {
     tag = "dead letters",
     summary = "Requeue dead letters: one key, all, or older than an age",
     params(("topic" = String, Path, description = "Topic name", example = "p")),
-    request_body = DeadBody,
+    request_body = DeadSelectionBody,
     security(("bearer" = [])),
     responses(
         (status = 200, description = "How many were requeued", body = Object),
@@ -105,7 +105,7 @@ impl DeadBody {
 pub(crate) async fn dead_requeue(
     State(st): St,
     Path(name): Path<String>,
-    b: Result<Json<DeadBody>, JsonRejection>,
+    b: Result<Json<DeadSelectionBody>, JsonRejection>,
 ) -> ApiResult<Json<Value>> {
     let which = body(b)?.selection()?;
     let (requeued, merged) = topic(&st, &name).await?.requeue_dead(which).await?;
@@ -118,7 +118,7 @@ pub(crate) async fn dead_requeue(
     tag = "dead letters",
     summary = "Delete dead letters: one key, all, or older than an age",
     params(("topic" = String, Path, description = "Topic name", example = "p")),
-    request_body = DeadBody,
+    request_body = DeadSelectionBody,
     security(("bearer" = [])),
     responses(
         (status = 200, description = "How many were deleted", body = Object),
@@ -133,7 +133,7 @@ pub(crate) async fn dead_requeue(
 pub(crate) async fn dead_purge(
     State(st): St,
     Path(name): Path<String>,
-    b: Result<Json<DeadBody>, JsonRejection>,
+    b: Result<Json<DeadSelectionBody>, JsonRejection>,
 ) -> ApiResult<Json<Value>> {
     let which = body(b)?.selection()?;
     let purged = topic(&st, &name).await?.purge_dead(which).await?;

@@ -2,7 +2,7 @@
 //! delete, pause, resume, stats, peek), messages (send one or a batch; get,
 //! cancel and reschedule by key), dead letters (list with paging,
 //! requeue, purge), serial groups (members, slot owners, epochs) and
-//! consuming (take, then ack, nack, dead or extend by receipt). Every action checks [`Access`](crate::Access) first;
+//! consuming (take, then ack, nack, dead, extend or release by receipt). Every action checks [`Access`](crate::Access) first;
 //! every input is checked by the library, and a refusal changes nothing.
 
 use std::sync::Arc;
@@ -79,6 +79,7 @@ pub(crate) fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/topics/{topic}/ack", post(ack))
         .route("/topics/{topic}/nack", post(nack))
         .route("/topics/{topic}/extend", post(extend))
+        .route("/topics/{topic}/release", post(release))
         .route("/topics/{topic}/dead/requeue", post(dead_requeue))
         .route("/topics/{topic}/dead/purge", post(dead_purge))
         .route("/topics/{topic}/groups", get(groups))
