@@ -9,6 +9,11 @@
 #   it drives Debian's Chromium and never downloads a browser);
 # - schemathesis (PyPI; the OpenAPI property tests), in a virtualenv under
 #   target/ so nothing is installed into the system's Python;
+# - the TypeScript client's build tools (typescript and @types/node from
+#   npm, as its package-lock.json pins them);
+# - the Python client's test tools (httpx, pytest and setuptools, which
+#   builds it as pip install does, from PyPI), in their
+#   own virtualenv under target/pyclient;
 # - valgrind (rmq-bench --instructions counts Redis instructions with
 #   callgrind; its smoke test runs it);
 # - nats-server and rabbitmq-server (the forwarder's tests start their own
@@ -102,9 +107,23 @@ if [[ ! -d $e2e/node_modules/playwright-core ]]; then
     npm ci --prefix "$e2e" --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
+ts=clients/typescript
+if [[ ! -d $ts/node_modules/typescript ]]; then
+    echo "ensure-deps: installing the TypeScript client's build tools (typescript, @types/node)" >&2
+    npm ci --prefix "$ts" --no-audit --no-fund --loglevel=error >/dev/null
+fi
+
 venv=target/schemathesis
 if [[ ! -x $venv/bin/schemathesis ]]; then
     echo "ensure-deps: installing schemathesis into $venv" >&2
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==4.32.5" >&2
+fi
+
+venv=target/pyclient
+if [[ ! -x $venv/bin/pytest ]]; then
+    echo "ensure-deps: installing the Python client's test tools into $venv" >&2
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "httpx==0.28.1" "pytest==9.2.0" \
+        "setuptools==80.9.0" >&2
 fi

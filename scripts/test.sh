@@ -3,7 +3,9 @@
 # sure redis-server is installed, then the core semantics tests again on a
 # throwaway Redis Cluster (RMQ_TEST_CLUSTER=1), as a least-privilege ACL
 # user (RMQ_TEST_ACL=1) and as an FCALL-only user (RMQ_TEST_ACL=functions);
-# the extra passes are skipped when arguments narrow the run. Extra arguments go to `cargo test`,
+# then each official client's own suite against a real `rmq serve` (the
+# Python client: pytest; the TypeScript client: node --test); the extra passes are skipped when arguments
+# narrow the run. Extra arguments go to `cargo test`,
 # e.g. `scripts/test.sh -p rmq` or `scripts/test.sh -- --nocapture`.
 # With -p/--package only those packages are tested (--workspace would
 # otherwise override the selection).
@@ -22,6 +24,13 @@ done
 cargo test "${scope[@]}" --locked "$@"
 
 if [[ $# -eq 0 ]]; then
+    echo "== the Python client (clients/python), installed as pip installs it, against rmq serve ==" >&2
+    target/pyclient/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+        --force-reinstall ./clients/python >&2
+    rm -rf clients/python/build clients/python/src/*.egg-info
+    RMQ_BIN="$PWD/target/debug/rmq" target/pyclient/bin/python -m pytest -q -p no:cacheprovider clients/python/tests
+    echo "== the TypeScript client (clients/typescript), built and tested against rmq serve ==" >&2
+    RMQ_BIN="$PWD/target/debug/rmq" npm test --prefix clients/typescript --silent
     echo "== the core semantics tests again, on a 3-master Redis Cluster ==" >&2
     RMQ_TEST_CLUSTER=1 cargo test -p rmq --locked \
         --test merge --test ordering --test lifecycle --test in_flight \
