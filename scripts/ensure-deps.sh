@@ -9,6 +9,8 @@
 #   it drives Debian's Chromium and never downloads a browser);
 # - schemathesis (PyPI; the OpenAPI property tests), in a virtualenv under
 #   target/ so nothing is installed into the system's Python;
+# - Go (package golang-go: the Go client and its example use the standard
+#   library only, so nothing is fetched from a module proxy);
 # - the TypeScript client's build tools (typescript and @types/node from
 #   npm, as its package-lock.json pins them);
 # - the Python client's test tools (httpx, pytest and setuptools, which
@@ -37,7 +39,7 @@ if $demo; then
     tools=(redis-server redis-cli)
 else
     tools=(redis-server redis-cli redis-benchmark faketime promtool node npm chromium valgrind callgrind_control
-           nats-server rabbitmq-server)
+           nats-server rabbitmq-server go)
     # Debian's python3 makes virtualenvs only with python3-venv.
     python3 -c 'import ensurepip, venv' 2>/dev/null || tools+=(python3-venv-missing)
     # ZooKeeper has no command on the PATH: its jar (and java) tell.
@@ -56,7 +58,7 @@ declare -A package_of=(
     [chromium]=chromium [python3-venv-missing]=python3-venv
     [valgrind]=valgrind [callgrind_control]=valgrind
     [nats-server]=nats-server [rabbitmq-server]=rabbitmq-server
-    [zookeeper-missing]=zookeeper [postgresql-missing]=postgresql
+    [zookeeper-missing]=zookeeper [postgresql-missing]=postgresql [go]=golang-go
 )
 missing=()
 for tool in "${tools[@]}"; do

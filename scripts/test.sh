@@ -4,7 +4,8 @@
 # throwaway Redis Cluster (RMQ_TEST_CLUSTER=1), as a least-privilege ACL
 # user (RMQ_TEST_ACL=1) and as an FCALL-only user (RMQ_TEST_ACL=functions);
 # then each official client's own suite against a real `rmq serve` (the
-# Python client: pytest; the TypeScript client: node --test); the extra passes are skipped when arguments
+# Python client: pytest; the TypeScript client: node --test; the Go
+# client: go test); the extra passes are skipped when arguments
 # narrow the run. Extra arguments go to `cargo test`,
 # e.g. `scripts/test.sh -p rmq` or `scripts/test.sh -- --nocapture`.
 # With -p/--package only those packages are tested (--workspace would
@@ -31,6 +32,11 @@ if [[ $# -eq 0 ]]; then
     RMQ_BIN="$PWD/target/debug/rmq" target/pyclient/bin/python -m pytest -q -p no:cacheprovider clients/python/tests
     echo "== the TypeScript client (clients/typescript), built and tested against rmq serve ==" >&2
     RMQ_BIN="$PWD/target/debug/rmq" npm test --prefix clients/typescript --silent
+    echo "== the Go client (clients/go): gofmt, go vet, go test against rmq serve ==" >&2
+    unformatted=$(gofmt -l clients/go examples/go)
+    [[ -z $unformatted ]] || { echo "gofmt would change: $unformatted" >&2; exit 1; }
+    (bin="$PWD/target/debug/rmq"; cd clients/go && go vet ./... && RMQ_BIN="$bin" go test -count=1 ./...)
+    (cd examples/go && go vet ./...)
     echo "== the core semantics tests again, on a 3-master Redis Cluster ==" >&2
     RMQ_TEST_CLUSTER=1 cargo test -p rmq --locked \
         --test merge --test ordering --test lifecycle --test in_flight \

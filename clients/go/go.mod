@@ -1,0 +1,3 @@
+module rmq/clients/go
+
+go 1.19
