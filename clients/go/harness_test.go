@@ -6,6 +6,7 @@ package rmq_test
 // did not start.
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -18,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	rmq "rmq/clients/go"
 )
 
 const token = "go-client-test-token"
@@ -136,6 +139,19 @@ func (s *server) launch() {
 func (s *server) restart() {
 	kill(s.serve)
 	s.launch()
+}
+
+// newTopic is a server with a fresh topic of kind and settings, and a
+// client of it.
+func newTopic(t *testing.T, kind string, settings map[string]any) (*server, *rmq.Client, *rmq.Topic) {
+	t.Helper()
+	s := startServer(t)
+	c := rmq.New(s.url(), rmq.WithToken(token))
+	name := topicName()
+	if _, err := c.CreateTopic(context.Background(), name, kind, settings); err != nil {
+		t.Fatal(err)
+	}
+	return s, c, c.Topic(name)
 }
 
 // topicName is a topic name of its own for each test.

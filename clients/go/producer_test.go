@@ -35,12 +35,8 @@ func topicStats(t *testing.T, c *rmq.Client, name string) map[string]float64 {
 }
 
 func TestFixedTimeMessagesMergeByKeyAndAreSteeredByKey(t *testing.T) {
-	s := startServer(t)
 	ctx := context.Background()
-	c := rmq.New(s.url(), rmq.WithToken(token))
-	name := topicName()
-	must(c.CreateTopic(ctx, name, "fixed-time", map[string]any{"slots": 4}))
-	tp := c.Topic(name)
+	_, _, tp := newTopic(t, "fixed-time", map[string]any{"slots": 4})
 	first := must(tp.Send(ctx, "unpaid", rmq.Key("order-1"), rmq.Delay(time.Minute)))
 	if first.Merged {
 		t.Fatal("a first send merged")
@@ -69,12 +65,8 @@ func TestFixedTimeMessagesMergeByKeyAndAreSteeredByKey(t *testing.T) {
 }
 
 func TestABatchSendsEveryOptionAndSlotBasisKeepsOneSlot(t *testing.T) {
-	s := startServer(t)
 	ctx := context.Background()
-	c := rmq.New(s.url(), rmq.WithToken(token))
-	name := topicName()
-	must(c.CreateTopic(ctx, name, "priority", map[string]any{"slots": 2}))
-	tp := c.Topic(name)
+	_, _, tp := newTopic(t, "priority", map[string]any{"slots": 2})
 	batch := make([]rmq.Message, 100)
 	for i := range batch {
 		batch[i] = rmq.NewMessage(fmt.Sprintf("m%d", i), rmq.Key(fmt.Sprintf("k%d", i)), rmq.Priority(uint32(i)))
@@ -103,12 +95,8 @@ func TestABatchSendsEveryOptionAndSlotBasisKeepsOneSlot(t *testing.T) {
 }
 
 func TestABatchReportsAMessageRefusedOnItsOwn(t *testing.T) {
-	s := startServer(t)
 	ctx := context.Background()
-	c := rmq.New(s.url(), rmq.WithToken(token))
-	name := topicName()
-	must(c.CreateTopic(ctx, name, "fixed-time", map[string]any{"slots": 1}))
-	tp := c.Topic(name)
+	_, _, tp := newTopic(t, "fixed-time", map[string]any{"slots": 1})
 	sent := must(tp.SendBatch(ctx, []rmq.Message{
 		rmq.NewMessage("ok", rmq.Key("a"), rmq.Delay(time.Second)),
 		rmq.NewMessage("late", rmq.Key("b"), rmq.At(time.Now().Add(-time.Hour))),
@@ -122,12 +110,8 @@ func TestABatchReportsAMessageRefusedOnItsOwn(t *testing.T) {
 }
 
 func TestRangeMergeKeepsTheFirstDueTimeAndTheNewestPayload(t *testing.T) {
-	s := startServer(t)
 	ctx := context.Background()
-	c := rmq.New(s.url(), rmq.WithToken(token))
-	name := topicName()
-	must(c.CreateTopic(ctx, name, "range-merge", map[string]any{"slots": 1}))
-	tp := c.Topic(name)
+	_, _, tp := newTopic(t, "range-merge", map[string]any{"slots": 1})
 	a := must(tp.Send(ctx, "v1", rmq.Key("r"), rmq.Range(time.Minute)))
 	b := must(tp.Send(ctx, "v2", rmq.Key("r"), rmq.Range(time.Minute)))
 	if !b.Merged || *b.DueMs != *a.DueMs {
@@ -139,12 +123,8 @@ func TestRangeMergeKeepsTheFirstDueTimeAndTheNewestPayload(t *testing.T) {
 }
 
 func TestBadInputAndABadTokenAreTypedErrorsThatChangeNothing(t *testing.T) {
-	s := startServer(t)
 	ctx := context.Background()
-	c := rmq.New(s.url(), rmq.WithToken(token))
-	name := topicName()
-	must(c.CreateTopic(ctx, name, "priority", map[string]any{"slots": 1}))
-	tp := c.Topic(name)
+	s, c, tp := newTopic(t, "priority", map[string]any{"slots": 1})
 	_, err := tp.Send(ctx, "x", rmq.Delay(10*time.Millisecond))
 	var e *rmq.Error
 	if !errors.Is(err, rmq.ErrBadRequest) || !errors.As(err, &e) || e.Status != 400 || e.Kind == "" {
@@ -156,10 +136,10 @@ func TestBadInputAndABadTokenAreTypedErrorsThatChangeNothing(t *testing.T) {
 	if _, err := tp.Take(ctx, 0, rmq.TakeOptions{}); !errors.Is(err, rmq.ErrBadRequest) {
 		t.Fatalf("%v", err)
 	}
-	if n := topicStats(t, c, name)["pending"]; n != 0 {
+	if n := topicStats(t, c, tp.Name)["pending"]; n != 0 {
 		t.Fatalf("pending %v", n)
 	}
-	bad := rmq.New(s.url(), rmq.WithToken("wrong-token-wrong-token")).Topic(name)
+	bad := rmq.New(s.url(), rmq.WithToken("wrong-token-wrong-token")).Topic(tp.Name)
 	if _, err := bad.Send(ctx, "x", rmq.Priority(1)); !errors.Is(err, rmq.ErrUnauthorized) || !errors.As(err, &e) || e.Kind != "Unauthorized" {
 		t.Fatalf("%v", err)
 	}
@@ -167,7 +147,7 @@ func TestBadInputAndABadTokenAreTypedErrorsThatChangeNothing(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 	down := rmq.New(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), rmq.WithToken(token))
-	if _, err := down.Topic(name).Send(ctx, "x", rmq.Priority(1)); !errors.Is(err, rmq.ErrConnectionFailed) {
+	if _, err := down.Topic(tp.Name).Send(ctx, "x", rmq.Priority(1)); !errors.Is(err, rmq.ErrConnectionFailed) {
 		t.Fatalf("%v", err)
 	}
 }

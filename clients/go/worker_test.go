@@ -70,11 +70,7 @@ func (c *counter) snapshot() map[string]int {
 }
 
 func TestFiveThousandMessagesAtConcurrency16AreEachHandledOnce(t *testing.T) {
-	s := startServer(t)
-	c := rmq.New(s.url(), rmq.WithToken(token))
-	name := topicName()
-	must(c.CreateTopic(context.Background(), name, "priority", map[string]any{"slots": 16}))
-	tp := c.Topic(name)
+	_, c, tp := newTopic(t, "priority", map[string]any{"slots": 16})
 	fill(t, tp, 5000, rmq.Priority(1))
 	var seen counter
 	var running, peak int64
@@ -106,18 +102,14 @@ func TestFiveThousandMessagesAtConcurrency16AreEachHandledOnce(t *testing.T) {
 	if peak <= 1 || peak > 16 {
 		t.Fatalf("peak %d", peak)
 	}
-	if st := topicStats(t, c, name); st["pending"] != 0 || st["in_flight"] != 0 {
+	if st := topicStats(t, c, tp.Name); st["pending"] != 0 || st["in_flight"] != 0 {
 		t.Fatalf("%v", st)
 	}
 }
 
 func TestFailuresRetryAndDeadLetterByWhatTheHandlerReturns(t *testing.T) {
-	s := startServer(t)
 	bg := context.Background()
-	c := rmq.New(s.url(), rmq.WithToken(token))
-	name := topicName()
-	must(c.CreateTopic(bg, name, "priority", map[string]any{"slots": 2, "max_attempts": 3, "backoff_ms": 10, "backoff_max_ms": 20}))
-	tp := c.Topic(name)
+	_, c, tp := newTopic(t, "priority", map[string]any{"slots": 2, "max_attempts": 3, "backoff_ms": 10, "backoff_max_ms": 20})
 	for _, k := range []string{"flaky", "poison", "later", "always-fails"} {
 		must(tp.Send(bg, k, rmq.Key(k), rmq.Priority(1)))
 	}
@@ -161,7 +153,7 @@ func TestFailuresRetryAndDeadLetterByWhatTheHandlerReturns(t *testing.T) {
 			Error string `json:"error"`
 		} `json:"dead"`
 	}
-	if err := c.Do(bg, "GET", "/topics/"+name+"/dead", nil, nil, &dead); err != nil {
+	if err := c.Do(bg, "GET", "/topics/"+tp.Name+"/dead", nil, nil, &dead); err != nil {
 		t.Fatal(err)
 	}
 	errs := map[string]string{}
@@ -174,12 +166,8 @@ func TestFailuresRetryAndDeadLetterByWhatTheHandlerReturns(t *testing.T) {
 }
 
 func TestAHandlerPastItsTimeoutIsCancelledAndRetried(t *testing.T) {
-	s := startServer(t)
 	bg := context.Background()
-	c := rmq.New(s.url(), rmq.WithToken(token))
-	name := topicName()
-	must(c.CreateTopic(bg, name, "priority", map[string]any{"slots": 1, "backoff_ms": 60000}))
-	tp := c.Topic(name)
+	_, _, tp := newTopic(t, "priority", map[string]any{"slots": 1, "backoff_ms": 60000})
 	must(tp.Send(bg, "slow", rmq.Key("slow"), rmq.Priority(1)))
 	var cancelled atomic.Bool
 	ctx, stop := context.WithCancel(bg)
@@ -208,12 +196,8 @@ func TestAHandlerPastItsTimeoutIsCancelledAndRetried(t *testing.T) {
 }
 
 func TestALongHandlerKeepsItsDeliveryByExtendingTheLease(t *testing.T) {
-	s := startServer(t)
 	bg := context.Background()
-	c := rmq.New(s.url(), rmq.WithToken(token))
-	name := topicName()
-	must(c.CreateTopic(bg, name, "priority", map[string]any{"slots": 1}))
-	tp := c.Topic(name)
+	_, _, tp := newTopic(t, "priority", map[string]any{"slots": 1})
 	must(tp.Send(bg, "long", rmq.Key("long"), rmq.Priority(1)))
 	var handled []uint32
 	var mu sync.Mutex
@@ -233,12 +217,8 @@ func TestALongHandlerKeepsItsDeliveryByExtendingTheLease(t *testing.T) {
 }
 
 func TestStopWaitsForRunningHandlersAndGivesBackTheRestUntouched(t *testing.T) {
-	s := startServer(t)
 	bg := context.Background()
-	c := rmq.New(s.url(), rmq.WithToken(token))
-	name := topicName()
-	must(c.CreateTopic(bg, name, "priority", map[string]any{"slots": 4}))
-	tp := c.Topic(name)
+	_, c, tp := newTopic(t, "priority", map[string]any{"slots": 4})
 	fill(t, tp, 6, rmq.Priority(1))
 	var started int64
 	ctx, stop := context.WithCancel(bg)
@@ -263,7 +243,7 @@ func TestStopWaitsForRunningHandlersAndGivesBackTheRestUntouched(t *testing.T) {
 	if report.Acked != 1 || report.Released != 2 {
 		t.Fatalf("%+v", report)
 	}
-	if st := topicStats(t, c, name); st["pending"] != 5 || st["in_flight"] != 0 || st["retry_waiting"] != 0 {
+	if st := topicStats(t, c, tp.Name); st["pending"] != 5 || st["in_flight"] != 0 || st["retry_waiting"] != 0 {
 		t.Fatalf("%v", st)
 	}
 	for _, d := range must(tp.Take(bg, 5, rmq.TakeOptions{})) {
@@ -274,12 +254,8 @@ func TestStopWaitsForRunningHandlersAndGivesBackTheRestUntouched(t *testing.T) {
 }
 
 func TestSerialModeHandlesOneMessageOfAnEntityAtATimeInOrder(t *testing.T) {
-	s := startServer(t)
 	bg := context.Background()
-	c := rmq.New(s.url(), rmq.WithToken(token))
-	name := topicName()
-	must(c.CreateTopic(bg, name, "fixed-time", map[string]any{"slots": 8, "past_tolerance_ms": 600000}))
-	tp := c.Topic(name)
+	_, _, tp := newTopic(t, "fixed-time", map[string]any{"slots": 8, "past_tolerance_ms": 600000})
 	const entities, per = 6, 25
 	base := time.Now().Add(-time.Minute)
 	var batch []rmq.Message
@@ -386,7 +362,7 @@ func TestAServerRestartInTheMiddleOfARunLosesNothing(t *testing.T) {
 		var out struct {
 			Total map[string]float64 `json:"total"`
 		}
-		if c.Do(bg, "GET", "/topics/"+name+"/stats", nil, nil, &out) != nil {
+		if c.Do(bg, "GET", "/topics/"+tp.Name+"/stats", nil, nil, &out) != nil {
 			return false
 		}
 		return out.Total["pending"] == 0 && out.Total["in_flight"] == 0
@@ -401,7 +377,7 @@ func TestAServerRestartInTheMiddleOfARunLosesNothing(t *testing.T) {
 	if len(all) != n || total-n > 32 {
 		t.Fatalf("%d handled, %d extra", len(all), total-n)
 	}
-	if st := topicStats(t, c, name); st["pending"] != 0 || st["in_flight"] != 0 || st["dead"] != 0 {
+	if st := topicStats(t, c, tp.Name); st["pending"] != 0 || st["in_flight"] != 0 || st["dead"] != 0 {
 		t.Fatalf("%v", st)
 	}
 }

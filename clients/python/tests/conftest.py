@@ -14,11 +14,14 @@ import subprocess
 import tempfile
 import time
 import uuid
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import AsyncIterator, Iterator, Optional, Tuple
 
 import httpx
 import pytest
+
+from rmq_client import Client, Topic
 
 REPO = Path(__file__).resolve().parents[3]
 TOKEN = "python-client-test-token"
@@ -137,6 +140,15 @@ def server(redis: Redis) -> Iterator[Server]:
 def topic_name() -> str:
     """A topic name of its own for each test (the Redis is shared)."""
     return "t" + uuid.uuid4().hex[:12]
+
+
+@asynccontextmanager
+async def fresh_topic(server: "Server", kind: str, client_timeout: float = 10.0, **settings) -> AsyncIterator[Tuple[Client, Topic]]:
+    """A client of ``server`` and a fresh topic of ``kind`` with ``settings``."""
+    async with Client(server.url, TOKEN, timeout=client_timeout) as rmq:
+        name = "t" + uuid.uuid4().hex[:12]
+        await rmq.create_topic(name, kind, **settings)
+        yield rmq, rmq.topic(name)
 
 
 def run(coro):

@@ -9,9 +9,9 @@ import asyncio
 import collections
 import time
 
-from conftest import TOKEN, run
+from conftest import fresh_topic, run
 
-from rmq_client import Client, Dead, DeadLetter, Message, Retry
+from rmq_client import Dead, DeadLetter, Message, Retry
 
 
 async def stats(rmq, topic):
@@ -23,11 +23,9 @@ async def fill(t, n, **opts):
         await t.send_batch([Message(f"m{i}", key=f"k{i}", **opts) for i in range(start, min(n, start + 1000))])
 
 
-def test_five_thousand_messages_at_concurrency_16_are_each_handled_once(server, topic_name):
+def test_five_thousand_messages_at_concurrency_16_are_each_handled_once(server):
     async def go():
-        async with Client(server.url, TOKEN) as rmq:
-            await rmq.create_topic(topic_name, "priority", slots=16)
-            t = rmq.topic(topic_name)
+        async with fresh_topic(server, "priority", slots=16) as (rmq, t):
             await fill(t, 5000, priority=1)
             seen = collections.Counter()
             running, peak = 0, 0
@@ -48,17 +46,15 @@ def test_five_thousand_messages_at_concurrency_16_are_each_handled_once(server, 
             assert set(seen) == {f"k{i}" for i in range(5000)}
             assert max(seen.values()) == 1, "each message handled once"
             assert 1 < peak <= 16, peak
-            s = await stats(rmq, topic_name)
+            s = await stats(rmq, t.name)
             assert (s["pending"], s["in_flight"]) == (0, 0), s
 
     run(go())
 
 
-def test_failures_retry_and_dead_letter_by_what_the_handler_does(server, topic_name):
+def test_failures_retry_and_dead_letter_by_what_the_handler_does(server):
     async def go():
-        async with Client(server.url, TOKEN) as rmq:
-            await rmq.create_topic(topic_name, "priority", slots=2, max_attempts=3, backoff_ms=10, backoff_max_ms=20)
-            t = rmq.topic(topic_name)
+        async with fresh_topic(server, "priority", slots=2, max_attempts=3, backoff_ms=10, backoff_max_ms=20) as (rmq, t):
             for key in ("flaky", "poison", "returned-dead", "always-fails", "later"):
                 await t.send(key, key=key, priority=1)
             attempts = collections.Counter()
@@ -92,7 +88,7 @@ def test_failures_retry_and_dead_letter_by_what_the_handler_does(server, topic_n
             assert (attempts["flaky"], attempts["later"], attempts["poison"]) == (2, 2, 1)
             assert attempts["always-fails"] == 3, "retried up to the topic's last attempt"
             assert (report.acked, report.dead) == (2, 3), report
-            letters = (await rmq.request("GET", f"/topics/{topic_name}/dead"))["dead"]
+            letters = (await rmq.request("GET", f"/topics/{t.name}/dead"))["dead"]
             errors = {letter["key"]: letter["error"] for letter in letters}
             assert errors["poison"] == "cannot parse"
             assert errors["returned-dead"] == "refused"
@@ -101,11 +97,9 @@ def test_failures_retry_and_dead_letter_by_what_the_handler_does(server, topic_n
     run(go())
 
 
-def test_a_handler_past_its_timeout_is_cancelled_and_retried(server, topic_name):
+def test_a_handler_past_its_timeout_is_cancelled_and_retried(server):
     async def go():
-        async with Client(server.url, TOKEN) as rmq:
-            await rmq.create_topic(topic_name, "priority", slots=1, backoff_ms=60_000)
-            t = rmq.topic(topic_name)
+        async with fresh_topic(server, "priority", slots=1, backoff_ms=60_000) as (rmq, t):
             await t.send("slow", key="slow", priority=1)
             cancelled = asyncio.Event()
 
@@ -130,11 +124,9 @@ def test_a_handler_past_its_timeout_is_cancelled_and_retried(server, topic_name)
     run(go())
 
 
-def test_a_long_handler_keeps_its_delivery_by_extending_the_lease(server, topic_name):
+def test_a_long_handler_keeps_its_delivery_by_extending_the_lease(server):
     async def go():
-        async with Client(server.url, TOKEN) as rmq:
-            await rmq.create_topic(topic_name, "priority", slots=1)
-            t = rmq.topic(topic_name)
+        async with fresh_topic(server, "priority", slots=1) as (rmq, t):
             await t.send("long", key="long", priority=1)
             handled = []
 
@@ -151,11 +143,9 @@ def test_a_long_handler_keeps_its_delivery_by_extending_the_lease(server, topic_
     run(go())
 
 
-def test_stop_waits_for_running_handlers_and_gives_back_the_rest_untouched(server, topic_name):
+def test_stop_waits_for_running_handlers_and_gives_back_the_rest_untouched(server):
     async def go():
-        async with Client(server.url, TOKEN) as rmq:
-            await rmq.create_topic(topic_name, "priority", slots=4)
-            t = rmq.topic(topic_name)
+        async with fresh_topic(server, "priority", slots=4) as (rmq, t):
             await fill(t, 6, priority=1)
             started = []
 
@@ -175,7 +165,7 @@ def test_stop_waits_for_running_handlers_and_gives_back_the_rest_untouched(serve
             report = await asyncio.wait_for(run_, 10)
             assert time.monotonic() - t0 < 3, "the grace bounds the stop"
             assert (report.acked, report.released) == (1, 2), report
-            s = await stats(rmq, topic_name)
+            s = await stats(rmq, t.name)
             assert (s["pending"], s["in_flight"], s["retry_waiting"]) == (5, 0, 0), s
             again = await t.take(5)
             assert [d.attempt for d in again] == [1] * 5, "a release counts no attempt"
@@ -183,11 +173,9 @@ def test_stop_waits_for_running_handlers_and_gives_back_the_rest_untouched(serve
     run(go())
 
 
-def test_serial_mode_handles_one_message_of_an_entity_at_a_time_in_order(server, topic_name):
+def test_serial_mode_handles_one_message_of_an_entity_at_a_time_in_order(server):
     async def go():
-        async with Client(server.url, TOKEN) as rmq:
-            await rmq.create_topic(topic_name, "fixed-time", slots=8, past_tolerance_ms=600_000)
-            t = rmq.topic(topic_name)
+        async with fresh_topic(server, "fixed-time", slots=8, past_tolerance_ms=600_000) as (rmq, t):
             entities, per = 6, 25
             base = int(time.time() * 1000) - 60_000
             batch = [
@@ -230,11 +218,9 @@ def test_serial_mode_handles_one_message_of_an_entity_at_a_time_in_order(server,
     run(go())
 
 
-def test_a_server_restart_in_the_middle_of_a_run_loses_nothing(server, topic_name):
+def test_a_server_restart_in_the_middle_of_a_run_loses_nothing(server):
     async def go():
-        async with Client(server.url, TOKEN, timeout=5) as rmq:
-            await rmq.create_topic(topic_name, "priority", slots=8, lease_ms=3000)
-            t = rmq.topic(topic_name)
+        async with fresh_topic(server, "priority", slots=8, lease_ms=3000, client_timeout=5) as (rmq, t):
             n = 2000
             await fill(t, n, priority=1)
             seen = collections.Counter()
@@ -252,14 +238,14 @@ def test_a_server_restart_in_the_middle_of_a_run_loses_nothing(server, topic_nam
             restarted.set()
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                s = await stats(rmq, topic_name)
+                s = await stats(rmq, t.name)
                 if len(seen) == n and s["pending"] == 0 and s["in_flight"] == 0:
                     break
                 await asyncio.sleep(0.1)
             worker.stop()
             await asyncio.wait_for(run_, 30)
             assert set(seen) == {f"k{i}" for i in range(n)}, f"{n - len(seen)} never handled"
-            s = await stats(rmq, topic_name)
+            s = await stats(rmq, t.name)
             assert (s["pending"], s["in_flight"], s["dead"]) == (0, 0, 0), s
             # A delivery whose ack was cut by the restart comes back after its
             # lease: handled again, never lost.

@@ -10,6 +10,8 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { randomBytes } from "node:crypto";
 
+import { Client } from "../dist/index.js";
+
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
 export const TOKEN = "typescript-client-test-token";
 
@@ -124,6 +126,14 @@ export class Server {
     await kill(this.proc);
     rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/** A client of `server` and a fresh topic of `kind` with `settings`. */
+export async function freshTopic(server, kind, settings, options = {}) {
+  const rmq = new Client(server.url, { token: TOKEN, ...options });
+  const name = topicName();
+  await rmq.createTopic(name, kind, settings);
+  return { rmq, t: rmq.topic(name) };
 }
 
 /** A topic name of its own for each test. */

@@ -5,7 +5,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 
 import { BadRequest, Client, NotFound, Unauthorized } from "../dist/index.js";
-import { Redis, Server, TOKEN, topicName } from "./harness.mjs";
+import { Redis, Server, freshTopic } from "./harness.mjs";
 
 let redis, server;
 before(async () => {
@@ -18,10 +18,7 @@ after(async () => {
 });
 
 test("fixed-time messages merge by key and are steered by key", async () => {
-  const rmq = new Client(server.url, { token: TOKEN });
-  const name = topicName();
-  await rmq.createTopic(name, "fixed-time", { slots: 4 });
-  const t = rmq.topic(name);
+  const { rmq, t } = await freshTopic(server, "fixed-time", { slots: 4 });
   const first = await t.send("unpaid", { key: "order-1", delayMs: 60_000 });
   assert.equal(first.merged, false);
   const again = await t.send("unpaid, again", { key: "order-1", delayMs: 120_000 });
@@ -36,10 +33,7 @@ test("fixed-time messages merge by key and are steered by key", async () => {
 });
 
 test("a batch sends every option, and steering by slot basis keeps one slot", async () => {
-  const rmq = new Client(server.url, { token: TOKEN });
-  const name = topicName();
-  await rmq.createTopic(name, "priority", { slots: 2 });
-  const t = rmq.topic(name);
+  const { rmq, t } = await freshTopic(server, "priority", { slots: 2 });
   const sent = await t.sendBatch(Array.from({ length: 100 }, (_, i) => ({ payload: `m${i}`, key: `k${i}`, priority: i })));
   assert.deepEqual(sent.map((s) => s.priority), Array.from({ length: 100 }, (_, i) => i));
   assert.ok(sent.every((s) => !s.merged && !s.error));
@@ -54,10 +48,7 @@ test("a batch sends every option, and steering by slot basis keeps one slot", as
 });
 
 test("a batch reports a message refused on its own and sends the rest", async () => {
-  const rmq = new Client(server.url, { token: TOKEN });
-  const name = topicName();
-  await rmq.createTopic(name, "fixed-time", { slots: 1 });
-  const t = rmq.topic(name);
+  const { rmq, t } = await freshTopic(server, "fixed-time", { slots: 1 });
   const sent = await t.sendBatch([
     { payload: "ok", key: "a", delayMs: 1000 },
     { payload: "late", key: "b", atMs: Date.now() - 3_600_000 },
@@ -69,10 +60,7 @@ test("a batch reports a message refused on its own and sends the rest", async ()
 });
 
 test("range-merge keeps the first due time and the newest payload", async () => {
-  const rmq = new Client(server.url, { token: TOKEN });
-  const name = topicName();
-  await rmq.createTopic(name, "range-merge", { slots: 1 });
-  const t = rmq.topic(name);
+  const { rmq, t } = await freshTopic(server, "range-merge", { slots: 1 });
   const a = await t.send("v1", { key: "r", rangeMs: 60_000 });
   const b = await t.send("v2", { key: "r", rangeMs: 60_000 });
   assert.ok(b.merged && b.dueMs === a.dueMs);
@@ -80,16 +68,13 @@ test("range-merge keeps the first due time and the newest payload", async () => 
 });
 
 test("bad input and a bad token are typed errors that change nothing", async () => {
-  const rmq = new Client(server.url, { token: TOKEN });
-  const name = topicName();
-  await rmq.createTopic(name, "priority", { slots: 1 });
-  const t = rmq.topic(name);
+  const { rmq, t } = await freshTopic(server, "priority", { slots: 1 });
   await assert.rejects(t.send("x", { delayMs: 10 }), (e) => e instanceof BadRequest && e.status === 400);
   await assert.rejects(rmq.topic("no-such-topic").send("x", { priority: 1 }), NotFound);
   await assert.rejects(t.take(0), BadRequest);
-  const stats = await rmq.request("GET", `/topics/${name}/stats`);
+  const stats = await rmq.request("GET", `/topics/${t.name}/stats`);
   assert.equal(stats.total.pending, 0);
   const bad = new Client(server.url, { token: "wrong-token-wrong-token" });
-  await assert.rejects(bad.topic(name).send("x", { priority: 1 }), (e) => e instanceof Unauthorized && e.kind === "Unauthorized");
-  await assert.rejects(bad.topic(name).take(1), Unauthorized);
+  await assert.rejects(bad.topic(t.name).send("x", { priority: 1 }), (e) => e instanceof Unauthorized && e.kind === "Unauthorized");
+  await assert.rejects(bad.topic(t.name).take(1), Unauthorized);
 });

@@ -7,8 +7,8 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 
-import { Client, Dead, DeadLetter, Retry } from "../dist/index.js";
-import { Redis, Server, TOKEN, sleep, topicName } from "./harness.mjs";
+import { Dead, DeadLetter, Retry } from "../dist/index.js";
+import { Redis, Server, freshTopic, sleep } from "./harness.mjs";
 
 let redis, server;
 before(async () => {
@@ -41,10 +41,7 @@ async function until(check, timeoutMs, what) {
 }
 
 test("5,000 messages at concurrency 16 are each handled once", async () => {
-  const rmq = new Client(server.url, { token: TOKEN });
-  const name = topicName();
-  await rmq.createTopic(name, "priority", { slots: 16 });
-  const t = rmq.topic(name);
+  const { rmq, t } = await freshTopic(server, "priority", { slots: 16 });
   await fill(t, 5000, { priority: 1 });
   const seen = new Map();
   let running = 0;
@@ -65,15 +62,12 @@ test("5,000 messages at concurrency 16 are each handled once", async () => {
   assert.equal(seen.size, 5000);
   assert.ok([...seen.values()].every((n) => n === 1), "each message handled once");
   assert.ok(peak > 1 && peak <= 16, `peak ${peak}`);
-  const s = await stats(rmq, name);
+  const s = await stats(rmq, t.name);
   assert.deepEqual([s.pending, s.in_flight], [0, 0]);
 });
 
 test("failures retry and dead-letter by what the handler does", async () => {
-  const rmq = new Client(server.url, { token: TOKEN });
-  const name = topicName();
-  await rmq.createTopic(name, "priority", { slots: 2, max_attempts: 3, backoff_ms: 10, backoff_max_ms: 20 });
-  const t = rmq.topic(name);
+  const { rmq, t } = await freshTopic(server, "priority", { slots: 2, max_attempts: 3, backoff_ms: 10, backoff_max_ms: 20 });
   for (const key of ["flaky", "poison", "returned-dead", "always-fails", "later"]) await t.send(key, { key, priority: 1 });
   const attempts = new Map();
   const ended = new Set();
@@ -97,7 +91,7 @@ test("failures retry and dead-letter by what the handler does", async () => {
   assert.deepEqual(["flaky", "later", "poison"].map((k) => attempts.get(k)), [2, 2, 1]);
   assert.equal(attempts.get("always-fails"), 3, "retried up to the topic's last attempt");
   assert.deepEqual([report.acked, report.dead], [2, 3], JSON.stringify(report));
-  const letters = (await rmq.request("GET", `/topics/${name}/dead`)).dead;
+  const letters = (await rmq.request("GET", `/topics/${t.name}/dead`)).dead;
   const errors = Object.fromEntries(letters.map((l) => [l.key, l.error]));
   assert.equal(errors.poison, "cannot parse");
   assert.equal(errors["returned-dead"], "refused");
@@ -105,10 +99,7 @@ test("failures retry and dead-letter by what the handler does", async () => {
 });
 
 test("a handler past its timeout is aborted and its message retried", async () => {
-  const rmq = new Client(server.url, { token: TOKEN });
-  const name = topicName();
-  await rmq.createTopic(name, "priority", { slots: 1, backoff_ms: 60_000 });
-  const t = rmq.topic(name);
+  const { rmq, t } = await freshTopic(server, "priority", { slots: 1, backoff_ms: 60_000 });
   await t.send("slow", { key: "slow", priority: 1 });
   let aborted = false;
   const worker = t.worker(
@@ -135,10 +126,7 @@ test("a handler past its timeout is aborted and its message retried", async () =
 });
 
 test("a long handler keeps its delivery by extending the lease", async () => {
-  const rmq = new Client(server.url, { token: TOKEN });
-  const name = topicName();
-  await rmq.createTopic(name, "priority", { slots: 1 });
-  const t = rmq.topic(name);
+  const { rmq, t } = await freshTopic(server, "priority", { slots: 1 });
   await t.send("long", { key: "long", priority: 1 });
   const handled = [];
   const worker = t.worker(
@@ -155,10 +143,7 @@ test("a long handler keeps its delivery by extending the lease", async () => {
 });
 
 test("stop waits for running handlers and gives back the rest untouched", async () => {
-  const rmq = new Client(server.url, { token: TOKEN });
-  const name = topicName();
-  await rmq.createTopic(name, "priority", { slots: 4 });
-  const t = rmq.topic(name);
+  const { rmq, t } = await freshTopic(server, "priority", { slots: 4 });
   await fill(t, 6, { priority: 1 });
   const started = [];
   const worker = t.worker(
@@ -176,17 +161,14 @@ test("stop waits for running handlers and gives back the rest untouched", async 
   const report = await run;
   assert.ok(Date.now() - t0 < 3000, "the grace bounds the stop");
   assert.deepEqual([report.acked, report.released], [1, 2], JSON.stringify(report));
-  const s = await stats(rmq, name);
+  const s = await stats(rmq, t.name);
   assert.deepEqual([s.pending, s.in_flight, s.retry_waiting], [5, 0, 0]);
   const again = await t.take(5);
   assert.deepEqual(again.map((d) => d.attempt), [1, 1, 1, 1, 1], "a release counts no attempt");
 });
 
 test("serial mode handles one message of an entity at a time, in order, across two workers", async () => {
-  const rmq = new Client(server.url, { token: TOKEN });
-  const name = topicName();
-  await rmq.createTopic(name, "fixed-time", { slots: 8, past_tolerance_ms: 600_000 });
-  const t = rmq.topic(name);
+  const { rmq, t } = await freshTopic(server, "fixed-time", { slots: 8, past_tolerance_ms: 600_000 });
   const entities = 6;
   const per = 25;
   const base = Date.now() - 60_000;
@@ -221,10 +203,7 @@ test("serial mode handles one message of an entity at a time, in order, across t
 });
 
 test("a server restart in the middle of a run loses nothing", async () => {
-  const rmq = new Client(server.url, { token: TOKEN, timeoutMs: 5000 });
-  const name = topicName();
-  await rmq.createTopic(name, "priority", { slots: 8, lease_ms: 3000 });
-  const t = rmq.topic(name);
+  const { rmq, t } = await freshTopic(server, "priority", { slots: 8, lease_ms: 3000 }, { timeoutMs: 5000 });
   const n = 2000;
   await fill(t, n, { priority: 1 });
   const seen = new Map();
@@ -240,13 +219,13 @@ test("a server restart in the middle of a run loses nothing", async () => {
   await server.restart();
   await until(async () => {
     if (seen.size < n) return false;
-    const s = await stats(rmq, name);
+    const s = await stats(rmq, t.name);
     return s.pending === 0 && s.in_flight === 0;
   }, 60_000, "every message");
   worker.stop();
   await run;
   assert.equal(seen.size, n, `${n - seen.size} never handled`);
-  const s = await stats(rmq, name);
+  const s = await stats(rmq, t.name);
   assert.deepEqual([s.pending, s.in_flight, s.dead], [0, 0, 0]);
   const total = [...seen.values()].reduce((a, b) => a + b, 0);
   assert.ok(total - n <= 32, `handled ${total - n} extra`);
