@@ -33,6 +33,8 @@ if [[ $# -eq 0 ]]; then
     echo "== the TypeScript client (clients/typescript), built and tested against rmq serve ==" >&2
     RMQ_BIN="$PWD/target/debug/rmq" npm test --prefix clients/typescript --silent
     echo "== the Go client (clients/go): gofmt, go vet, go test against rmq serve ==" >&2
+    # Its caches under target/, and no module proxy: the standard library only.
+    export GOCACHE="${GOCACHE:-$PWD/target/go-cache}" GOPATH="${GOPATH:-$PWD/target/go}" GOPROXY=off
     unformatted=$(gofmt -l clients/go examples/go)
     [[ -z $unformatted ]] || { echo "gofmt would change: $unformatted" >&2; exit 1; }
     (bin="$PWD/target/debug/rmq"; cd clients/go && go vet ./... && RMQ_BIN="$bin" go test -count=1 ./...)
