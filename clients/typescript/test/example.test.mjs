@@ -23,7 +23,7 @@ before(async () => {
 after(async () => {
   await server?.stop();
   await redis?.stop();
-  rmSync(dir, { recursive: true, force: true });
+  if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
 test("the unpaid orders example closes only the unpaid orders", async () => {

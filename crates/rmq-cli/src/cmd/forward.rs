@@ -74,6 +74,28 @@ struct Summary {
     failed_settles: u64,
 }
 
+impl Summary {
+    fn print(&self, json: bool) -> CliResult {
+        if json {
+            let line = serde_json::to_string(self).map_err(|e| CliError::runtime(e.to_string()))?;
+            println!("{line}");
+        } else {
+            println!(
+                "forwarded {} from {} to {} ({} already there), {} retried, {} dead, {} released, {} acks not recorded (published again)",
+                self.forwarded,
+                self.topic,
+                self.to,
+                self.duplicates,
+                self.retried,
+                self.dead,
+                self.released,
+                self.failed_settles
+            );
+        }
+        Ok(())
+    }
+}
+
 pub async fn run(g: &Global, args: ForwardArgs) -> CliResult {
     let target = Target::parse(&args.to).map_err(|e| CliError::usage(e.to_string()))?;
     // Caught from the start: a signal while connecting stops it cleanly too.
@@ -109,7 +131,7 @@ pub async fn run(g: &Global, args: ForwardArgs) -> CliResult {
         }
     }
     let report = forwarder.run(stop).await?;
-    let summary = Summary {
+    Summary {
         topic: args.topic,
         to: target.to_string(),
         forwarded: report.forwarded,
@@ -118,25 +140,8 @@ pub async fn run(g: &Global, args: ForwardArgs) -> CliResult {
         dead: report.dead,
         released: report.released,
         failed_settles: report.failed_settles,
-    };
-    if g.json {
-        println!(
-            "{}",
-            serde_json::to_string(&summary).map_err(|e| CliError::runtime(e.to_string()))?
-        );
-    } else {
-        println!(
-            "forwarded {} from {} to {} ({} already there), {} retried, {} dead, {} released, {} acks not recorded (published again)",
-            summary.forwarded,
-            summary.topic,
-            summary.to,
-            summary.duplicates,
-            summary.retried,
-            summary.dead,
-            summary.released,
-            summary.failed_settles
-        );
     }
+    .print(g.json)?;
     Ok(())
 }
 

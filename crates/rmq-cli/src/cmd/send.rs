@@ -203,7 +203,7 @@ impl LineJson {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct Summary {
     sent: usize,
     new: usize,
@@ -212,6 +212,48 @@ struct Summary {
     /// Of the refused, those refused because the bounded topic was full
     /// (retryable).
     full: usize,
+}
+
+impl Summary {
+    fn count(&mut self, r: &rmq::Result<rmq::Sent>) {
+        match r {
+            Ok(s) if s.merged => self.merged += 1,
+            Ok(_) => self.new += 1,
+            Err(e) => {
+                self.refused += 1;
+                self.full += usize::from(e.kind() == rmq::ErrorKind::Full);
+            }
+        }
+        self.sent = self.new + self.merged;
+    }
+
+    /// Prints the summary; refusals make the exit status (only full
+    /// refusals: `EXIT_FULL`, a retry later can succeed; else 2). Each
+    /// refusal already has its error line.
+    fn report(&self, out: Out) -> CliResult {
+        out.either(self, || {
+            let full = match self.full {
+                0 => String::new(),
+                n => format!(" ({n} because the topic is full: send them again later)"),
+            };
+            format!(
+                "sent {}: {} new, {} merged into waiting messages, {} refused{full}",
+                self.sent, self.new, self.merged, self.refused
+            )
+        })?;
+        if self.refused == 0 {
+            return Ok(());
+        }
+        let code = if self.full == self.refused {
+            crate::EXIT_FULL
+        } else {
+            2
+        };
+        Err(CliError {
+            code,
+            message: None,
+        })
+    }
 }
 
 pub async fn run(g: &Global, a: SendArgs) -> CliResult {
@@ -329,13 +371,7 @@ fn json_error(e: &serde_json::Error) -> String {
 
 async fn send_batch(out: Out, topic: &rmq::Topic, items: &[Item]) -> CliResult {
     let bar = progress(items.len() as u64);
-    let mut sum = Summary {
-        sent: 0,
-        new: 0,
-        merged: 0,
-        refused: 0,
-        full: 0,
-    };
+    let mut sum = Summary::default();
     for chunk in items.chunks(CHUNK) {
         let messages: Vec<Message> = chunk.iter().map(|i| i.message.clone()).collect();
         let report = match topic.send_batch(&messages).await {
@@ -357,44 +393,15 @@ async fn send_batch(out: Out, topic: &rmq::Topic, items: &[Item]) -> CliResult {
             if out.json {
                 out.json(&LineJson::of(item, topic, r))?;
             }
-            match r {
-                Ok(s) if s.merged => sum.merged += 1,
-                Ok(_) => sum.new += 1,
-                Err(e) => {
-                    sum.refused += 1;
-                    sum.full += usize::from(e.kind() == rmq::ErrorKind::Full);
-                    bar.suspend(|| output::error_line(&format!("line {}: {e}", item.line)));
-                }
+            if let Err(e) = r {
+                bar.suspend(|| output::error_line(&format!("line {}: {e}", item.line)));
             }
+            sum.count(r);
         }
-        sum.sent = sum.new + sum.merged;
         bar.inc(chunk.len() as u64);
     }
     bar.finish_and_clear();
-    out.either(&sum, || {
-        let full = match sum.full {
-            0 => String::new(),
-            n => format!(" ({n} because the topic is full: send them again later)"),
-        };
-        format!(
-            "sent {}: {} new, {} merged into waiting messages, {} refused{full}",
-            sum.sent, sum.new, sum.merged, sum.refused
-        )
-    })?;
-    if sum.refused > 0 {
-        // Each refusal already has its error line. Only full refusals:
-        // a retry later can succeed.
-        let code = if sum.full == sum.refused {
-            crate::EXIT_FULL
-        } else {
-            2
-        };
-        return Err(CliError {
-            code,
-            message: None,
-        });
-    }
-    Ok(())
+    sum.report(out)
 }
 
 /// A progress bar on stderr when it is a terminal, else a hidden one.
