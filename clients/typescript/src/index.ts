@@ -21,4 +21,4 @@ export {
 export { settledDone } from "./models.js";
 export type { Cancelled, Delivery, Message, MessageInfo, Rescheduled, Sent, Settlement } from "./models.js";
 export { Dead, DeadLetter, Retry, Worker, defaultMember } from "./worker.js";
-export type { Handler, HandlerContext, Report, WorkerOptions } from "./worker.js";
+export type { Handler, HandlerContext, Report, WorkerOptions, WorkerTopic } from "./worker.js";

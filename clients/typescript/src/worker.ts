@@ -27,7 +27,24 @@ import { hostname } from "node:os";
 
 import { BadRequest, Forbidden, NotFound, RmqError, Unauthorized } from "./errors.js";
 import { settledDone, type Delivery, type Settlement } from "./models.js";
-import type { Topic } from "./client.js";
+
+/** What a worker needs of a topic (a `Topic` of the client has it). */
+export interface WorkerTopic {
+  readonly name: string;
+  take(
+    max: number,
+    options: {
+      waitMs?: number;
+      leaseMs?: number;
+      group?: string;
+      member?: string;
+      memberTimeoutMs?: number;
+      signal?: AbortSignal;
+    },
+  ): Promise<Delivery[]>;
+  extend(receipts: readonly string[], leaseMs: number): Promise<Settlement[]>;
+  settle(op: string, receipts: readonly string[], extra: Record<string, unknown>): Promise<Settlement[]>;
+}
 
 /** Thrown by a handler: the message goes straight to the dead letters. */
 export class DeadLetter extends Error {
@@ -133,7 +150,7 @@ const sleep = (ms: number, signal?: AbortSignal) =>
 
 /** Runs `handler` on every message of `topic`; see the module docs. */
 export class Worker {
-  readonly topic: Topic;
+  readonly topic: WorkerTopic;
   readonly report: Report = {
     acked: 0,
     retried: 0,
@@ -153,7 +170,7 @@ export class Worker {
   private readonly jobs = new Set<Job>();
   private roomFreed: (() => void) | null = null;
 
-  constructor(topic: Topic, handler: Handler, options: WorkerOptions = {}) {
+  constructor(topic: WorkerTopic, handler: Handler, options: WorkerOptions = {}) {
     const concurrency = options.concurrency ?? 16;
     if (!(concurrency >= 1)) throw new RangeError("concurrency must be at least 1");
     if (options.member !== undefined && options.group === undefined) {
@@ -379,7 +396,7 @@ class Settler {
   private closed = false;
 
   constructor(
-    private readonly topic: Topic,
+    private readonly topic: WorkerTopic,
     private readonly retryForMs: number,
   ) {}
 

@@ -34,15 +34,33 @@ import re
 import socket
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Protocol, Sequence, Set, Tuple, Union
 
 from .errors import BadRequest, Forbidden, NotFound, RmqError, Unauthorized
 from .models import Delivery, Settlement
 
-if TYPE_CHECKING:
-    from .client import Topic
-
 log = logging.getLogger("rmq_client")
+
+
+class WorkerTopic(Protocol):
+    """What a worker needs of a topic (a :class:`rmq_client.Topic` has it)."""
+
+    name: str
+
+    async def take(
+        self,
+        max: int = 1,
+        *,
+        wait_ms: int = 0,
+        lease_ms: Optional[int] = None,
+        group: Optional[str] = None,
+        member: Optional[str] = None,
+        member_timeout_ms: Optional[int] = None,
+    ) -> List[Delivery]: ...
+
+    async def extend(self, receipts: Sequence[Union[str, Delivery]], *, lease_ms: int) -> List[Settlement]: ...
+
+    async def _settle(self, op: str, receipts: Sequence[Union[str, Delivery]], extra: Dict[str, Any]) -> List[Settlement]: ...
 
 Handler = Callable[[Delivery], Union[Awaitable[Any], Any]]
 
@@ -122,7 +140,7 @@ class Worker:
 
     def __init__(
         self,
-        topic: "Topic",
+        topic: WorkerTopic,
         handler: Handler,
         *,
         concurrency: int = 16,
@@ -355,7 +373,7 @@ class _Settler:
     answered per receipt: one applied before a lost answer says
     ``stale`` the second time, and nothing changes)."""
 
-    def __init__(self, topic: "Topic", retry_for: float) -> None:
+    def __init__(self, topic: WorkerTopic, retry_for: float) -> None:
         self.topic = topic
         self.retry_for = retry_for
         self.queue: "asyncio.Queue[Optional[Tuple[str, Tuple[Tuple[str, Any], ...], str, asyncio.Future[Settlement]]]]" = (
