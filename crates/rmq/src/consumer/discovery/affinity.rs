@@ -21,7 +21,7 @@
 //! - one that dies still holds its slots until its heartbeat times out
 //!   ([`MEMBER_TIMEOUT`]), but every other consumer's rescan takes work
 //!   in any slot that has been due for
-//!   [`STEAL_AFTER_MS`](crate::consumer::discovery::schedule::STEAL_AFTER_MS) (`schedule.rs`).
+//!   [`STEAL_AFTER_MS`](crate::consumer::discovery::schedule::STEAL_AFTER_MS) (`schedule/`).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Where work is, and when to look again.
 //!
-//! A consumer keeps a schedule of the topic's slots (`schedule.rs`: when
+//! A consumer keeps a schedule of the topic's slots (`schedule/`: when
 //! each may next hold something due, and on priority topics its best
 //! score), shared with every duty that changes it (`shared.rs`). It
 //! learns of work four ways: a look through the head index at start and
