@@ -44,5 +44,5 @@ mod target;
 pub use amqp::AmqpSink;
 pub use forwarder::{ForwardReport, Forwarder, DEFAULT_BATCH, DEFAULT_CONCURRENCY, SHUTDOWN_GRACE};
 pub use nats::NatsSink;
-pub use sink::{Confirmed, Sink, SinkError};
-pub use target::{AnySink, Target, TargetError};
+pub use sink::{Confirmed, Sink, SinkError, TargetError};
+pub use target::{AnySink, Target};

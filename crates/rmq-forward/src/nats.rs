@@ -20,8 +20,7 @@ use async_nats::jetstream::context::PublishErrorKind;
 use rmq::Received;
 
 use crate::headers::{self, HeaderValue};
-use crate::sink::{Confirmed, Sink, SinkError};
-use crate::target::TargetError;
+use crate::sink::{Confirmed, Sink, SinkError, TargetError};
 
 /// How long a publish waits for JetStream's ack.
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);

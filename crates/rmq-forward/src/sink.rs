@@ -6,6 +6,9 @@
 //! the message (a RabbitMQ publisher confirm, a JetStream publish ack).
 //! Many publishes run at once (one per delivery in flight): a sink
 //! pipelines them on its connection rather than taking turns.
+//!
+//! Why a sink cannot be made ([`TargetError`]) is here too: the address
+//! parser (`target.rs`) and each broker's sink report it.
 
 use std::future::Future;
 
@@ -40,4 +43,18 @@ pub enum SinkError {
     /// may or may not have arrived (see the crate docs on duplicates).
     #[error("the broker is unavailable: {0}")]
     Unavailable(String),
+}
+
+/// Why a target cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    /// The address is not one the forwarder understands.
+    #[error("bad --to address: {0}")]
+    Invalid(String),
+    /// The broker did not answer.
+    #[error("cannot reach the broker: {0}")]
+    Unreachable(String),
+    /// The exchange, queue or stream to publish to does not exist.
+    #[error("nothing to publish to: {0}")]
+    Missing(String),
 }

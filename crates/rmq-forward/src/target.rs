@@ -10,7 +10,7 @@ use url::Url;
 
 use crate::amqp::{AmqpSink, AmqpTarget};
 use crate::nats::{NatsSink, NatsTarget};
-use crate::sink::{Confirmed, Sink, SinkError};
+use crate::sink::{Confirmed, Sink, SinkError, TargetError};
 
 /// A parsed `--to` address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,20 +19,6 @@ pub enum Target {
     Amqp(AmqpTarget),
     /// NATS JetStream.
     Nats(NatsTarget),
-}
-
-/// Why a target cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TargetError {
-    /// The address is not one the forwarder understands.
-    #[error("bad --to address: {0}")]
-    Invalid(String),
-    /// The broker did not answer.
-    #[error("cannot reach the broker: {0}")]
-    Unreachable(String),
-    /// The exchange, queue or stream to publish to does not exist.
-    #[error("nothing to publish to: {0}")]
-    Missing(String),
 }
 
 impl Target {

@@ -31,8 +31,7 @@ use lapin::{BasicProperties, Confirmation};
 use rmq::Received;
 
 use crate::headers::{self, HeaderValue};
-use crate::sink::{Confirmed, Sink, SinkError};
-use crate::target::TargetError;
+use crate::sink::{Confirmed, Sink, SinkError, TargetError};
 use link::Links;
 
 /// The least time between two connection attempts.
